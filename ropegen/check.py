@@ -1,0 +1,548 @@
+"""Stage 2: syntax tree -> IR, collecting every semantic error with a stable code and a hint.
+
+Which settings each operator kind accepts, and what they mean, is decided here; the grammar only
+knows declarations and `key = value`.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+from . import ast as A
+from . import ir
+from .diagnostics import Collector, Loc, did_you_mean
+from .dtypes import DTYPES, FLOAT_NAMES
+
+KINDS = ("rope", "rmsnorm")
+ROPE_KEYS = ("pairing", "rotary_dim", "positions", "angles", "sequences", "direction",
+             "compute", "angle_numerics", "trig")
+RMS_KEYS = ("axis", "epsilon", "stash")
+ROLE_NAMES = tuple(r.value for r in ir.Role)
+PAIR_WORDS = ("neox", "gptj", "block", "glm2d")
+SCALING_ARGS = {
+    "none": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_positions"),
+    "ggml_yarn": ("freq_scale", "ext_factor", "attn_factor", "beta_fast", "beta_slow", "n_ctx_orig"),
+}
+
+
+class _Bad(Exception):
+    """Internal: a value could not be read; the diagnostic is already recorded."""
+
+
+def check(spec: A.SpecNode) -> ir.Spec:
+    """Check every operator; raise SpecError listing all problems, else return the IR."""
+    c = Collector(spec.file)
+    ops: list[ir.Operator] = []
+    seen: dict[str, Loc] = {}
+    if not spec.operators:
+        c.error("C035", "the spec declares no operator", Loc(spec.file, 1, 1),
+                "start with e.g. `rope my_rope { ... }` or `rmsnorm my_norm { ... }`")
+    for node in spec.operators:
+        if node.name in seen:
+            c.error("C002", f"operator '{node.name}' is declared twice", node.name_loc,
+                    f"the first one is at line {seen[node.name].line}")
+            continue
+        seen[node.name] = node.name_loc
+        if node.kind not in KINDS:
+            c.error("C001", f"unknown operator kind '{node.kind}'", node.kind_loc,
+                    did_you_mean(node.kind, KINDS))
+            continue
+        op = _OperatorChecker(c, node).run()
+        if op is not None:
+            ops.append(op)
+    c.raise_if_any(spec.source)
+    digest = hashlib.sha256(spec.source.encode("utf-8")).hexdigest()
+    return ir.Spec(spec.file, digest, tuple(ops))
+
+
+class _OperatorChecker:
+    def __init__(self, c: Collector, node: A.OperatorNode):
+        self.c = c
+        self.node = node
+        self.tensors: dict[str, ir.Tensor] = {}
+        self.used: set[str] = set()
+        self.settings: dict[str, A.SettingNode] = {}
+
+    # -- helpers -------------------------------------------------------------------------
+    def err(self, code: str, msg: str, loc: Loc, hint: str | None = None) -> None:
+        self.c.error(code, msg, loc, hint)
+
+    def fail(self, code: str, msg: str, loc: Loc, hint: str | None = None):
+        self.err(code, msg, loc, hint)
+        raise _Bad
+
+    def guarded(self, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except _Bad:
+            return None
+
+    def collect_settings(self, keys: tuple[str, ...]) -> None:
+        for s in self.node.settings:
+            if s.key not in keys:
+                self.err("C006", f"'{s.key}' is not a setting of {self.node.kind}", s.loc,
+                         did_you_mean(s.key, keys))
+            elif s.key in self.settings:
+                self.err("C024", f"'{s.key}' is set twice", s.loc,
+                         f"the first is at line {self.settings[s.key].loc.line}")
+            else:
+                self.settings[s.key] = s
+
+    def collect_inputs(self) -> None:
+        for inp in self.node.inputs:
+            if inp.name in self.tensors:
+                self.err("C003", f"'{inp.name}' is declared twice", inp.loc)
+                continue
+            t = self.guarded(self.tensor_type, inp)
+            if t is not None:
+                self.tensors[inp.name] = t
+
+    def tensor_type(self, inp: A.InputNode) -> ir.Tensor:
+        ty = inp.type
+        if ty.dtype not in DTYPES:
+            self.fail("C004", f"unknown dtype '{ty.dtype}'", ty.dtype_loc, did_you_mean(ty.dtype, DTYPES))
+        axes = []
+        roles_seen: set[ir.Role] = set()
+        for ax in ty.axes:
+            parts = []
+            for d in ax.parts:
+                role = None
+                if d.label is not None:
+                    if d.label not in ROLE_NAMES:
+                        self.fail("C005", f"unknown dimension label '{d.label}'", d.label_loc or d.loc,
+                                  did_you_mean(d.label, ROLE_NAMES))
+                    role = ir.Role(d.label)
+                    if role in roles_seen:
+                        self.fail("C033", f"'{d.label}' labels two dimensions of '{inp.name}'",
+                                  d.label_loc or d.loc)
+                    roles_seen.add(role)
+                if isinstance(d.size, int) and d.size == 0:
+                    self.fail("C029", "a dimension must have a positive size", d.loc)
+                if len(ax.parts) > 1 and not isinstance(d.size, int) and role not in (ir.Role.BATCH, ir.Role.SEQ, ir.Role.TOKENS):
+                    self.fail("C027", "inside a merged axis '( ... )' every size but a token dim must be an integer",
+                              d.loc)
+                parts.append(ir.Dim(d.size, role))
+            if len(ax.parts) > 1 and sum(not isinstance(p.size, int) for p in parts) > 0:
+                self.fail("C027", "a merged axis '( ... )' needs integer sizes", ax.loc)
+            axes.append(ir.Axis(tuple(parts)))
+        return ir.Tensor(inp.name, DTYPES[ty.dtype], tuple(axes), inp.loc)
+
+    def setting(self, key: str) -> A.SettingNode | None:
+        return self.settings.get(key)
+
+    def ref(self, v: A.Value, what: str) -> ir.Tensor:
+        """A value that must name a declared input."""
+        if not isinstance(v, A.Word):
+            self.fail("C008", f"{what} must name an input", v.loc)
+        if v.name not in self.tensors:
+            self.fail("C012", f"'{v.name}' is not a declared input", v.loc,
+                      did_you_mean(v.name, self.tensors) if self.tensors else "declare it with `in NAME: dtype[...]`")
+        self.used.add(v.name)
+        return self.tensors[v.name]
+
+    def number(self, v: A.Value, what: str, *, integer: bool = False, positive: bool = False,
+               nonneg: bool = False) -> float:
+        if not isinstance(v, A.Number):
+            self.fail("C008", f"{what} must be a number", v.loc)
+        if integer and not v.is_int:
+            self.fail("C008", f"{what} must be an integer", v.loc)
+        if positive and not v.value > 0:
+            self.fail("C029", f"{what} must be positive", v.loc)
+        if nonneg and v.value < 0:
+            self.fail("C029", f"{what} must not be negative", v.loc)
+        return int(v.text) if integer else v.value
+
+    def word(self, v: A.Value, what: str, choices: tuple[str, ...]) -> str:
+        if isinstance(v, A.Call) and v.name in choices:
+            self.fail("C008", f"'{v.name}' takes no arguments here", v.loc)
+        if not isinstance(v, A.Word):
+            self.fail("C008", f"{what} must be one of: {', '.join(choices)}", v.loc)
+        if v.name not in choices:
+            self.fail("C009", f"unknown {what} '{v.name}'", v.loc, did_you_mean(v.name, choices))
+        return v.name
+
+    def call_args(self, v: A.Call, allowed: tuple[str, ...], required: tuple[str, ...],
+                  positional: tuple[str, ...] = ()) -> dict[str, A.Value]:
+        out: dict[str, A.Value] = {}
+        pos_i = 0
+        for a in v.args:
+            name = a.name
+            if name is None:
+                if pos_i >= len(positional):
+                    self.fail("C010", f"'{v.name}' takes no positional argument here", a.loc,
+                              f"name it: {v.name}({', '.join(x + '=...' for x in allowed)})")
+                name = positional[pos_i]
+                pos_i += 1
+            elif name not in allowed:
+                self.fail("C010", f"'{name}' is not an argument of '{v.name}'", a.loc,
+                          did_you_mean(name, allowed))
+            if name in out:
+                self.fail("C010", f"argument '{name}' is given twice", a.loc)
+            out[name] = a.value
+        for r in required:
+            if r not in out:
+                self.fail("C011", f"'{v.name}' needs the argument '{r}'", v.loc,
+                          f"{v.name}({', '.join(x + '=...' for x in required)})")
+        return out
+
+    def require(self, key: str) -> A.SettingNode:
+        s = self.setting(key)
+        if s is None:
+            self.fail("C007", f"{self.node.kind} '{self.node.name}' needs the setting '{key}'",
+                      self.node.name_loc)
+        return s
+
+    def unused_inputs(self) -> None:
+        for name, t in self.tensors.items():
+            if name not in self.used:
+                self.err("C026", f"input '{name}' is declared but never used", t.loc,
+                         "remove it, or refer to it from a setting")
+
+    # -- operators -----------------------------------------------------------------------
+    def run(self) -> ir.Operator | None:
+        self.collect_inputs()
+        if self.node.kind == "rope":
+            self.collect_settings(ROPE_KEYS)
+            op = self.guarded(self.rope)
+        else:
+            self.collect_settings(RMS_KEYS)
+            op = self.guarded(self.rmsnorm)
+        if op is not None:
+            self.unused_inputs()
+        return op
+
+    def outputs_rope(self) -> tuple[ir.RopeOutput, ...]:
+        outs = []
+        names: set[str] = set()
+        for o in self.node.outputs:
+            if o.name in names or o.name in self.tensors:
+                self.fail("C003", f"'{o.name}' is declared twice", o.loc)
+            names.add(o.name)
+            v = o.value
+            if not (isinstance(v, A.Call) and v.name in ("rotate", "copy") and len(v.args) == 1
+                    and v.args[0].name is None):
+                self.fail("C025", f"output '{o.name}' must be `rotate(INPUT)` or `copy(INPUT)`",
+                          (v.loc if v is not None else o.loc),
+                          f"e.g. `out {o.name} = rotate(x)`")
+            src = self.ref(v.args[0].value, "the rotated tensor")
+            outs.append(ir.RopeOutput(o.name, src.name, v.name == "rotate"))
+        if not outs:
+            self.fail("C025", f"rope '{self.node.name}' declares no output", self.node.name_loc,
+                      "add e.g. `out y = rotate(x)`")
+        return tuple(outs)
+
+    def rope(self) -> ir.RopeOp:
+        outputs = self.outputs_rope()
+        rotated = [self.tensors[o.source] for o in outputs]
+        first = rotated[0]
+        for t in rotated:
+            self.check_rotated(t)
+        for t in rotated[1:]:
+            if t.dtype != first.dtype:
+                self.fail("C031", f"'{t.name}' is {t.dtype.name} but '{first.name}' is {first.dtype.name}",
+                          t.loc, "rotated tensors share one storage type")
+            if [d.size for d in t.token_dims] != [d.size for d in first.token_dims] or \
+                    [d.role for d in t.token_dims] != [d.role for d in first.token_dims]:
+                self.fail("C015", f"'{t.name}' has other token dimensions than '{first.name}'", t.loc,
+                          "rotated tensors must agree on batch/seq/tokens")
+            if t.role_dim(ir.Role.HEAD_DIM).size != first.role_dim(ir.Role.HEAD_DIM).size:
+                self.fail("C028", f"'{t.name}' has another head_dim than '{first.name}'", t.loc)
+        head_dim = first.role_dim(ir.Role.HEAD_DIM).size
+        assert isinstance(head_dim, int)
+
+        pairing = self.pairing()
+        rotary_dim = self.rotary_dim(head_dim, pairing)
+        sequences = self.sequences(first)
+        positions = self.positions(first, sequences)
+        angles = self.angles(first, pairing, rotary_dim, positions, head_dim)
+        direction = ir.Direction(self.choice("direction", ("forward", "backward"), "forward"))
+        compute = ir.Compute(self.choice("compute", ("f32", "f64", "storage"), "f32"))
+        numerics = ir.AngleNumerics(self.choice("angle_numerics", ("exact", "ggml"), "exact"))
+        trig = ir.Trig(self.choice("trig", ("accurate", "fast"), "accurate"))
+        if numerics is ir.AngleNumerics.GGML and not isinstance(angles, ir.ComputedAngles):
+            self.fail("C030", "angle_numerics = ggml needs computed angles", self.settings["angle_numerics"].loc,
+                      "with `angles = table(...)` the angles come from the tables")
+        if pairing.kind is ir.PairKind.BLOCK and isinstance(angles, ir.ComputedAngles):
+            self.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
+                      self.settings["pairing"].loc)
+        return ir.RopeOp(self.node.name, tuple(self.tensors.values()), outputs, pairing, rotary_dim,
+                         positions, angles, sequences, direction, compute, numerics, trig, self.node.loc)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        s = self.setting(key)
+        return default if s is None else self.word(s.value, key, choices)
+
+    def check_rotated(self, t: ir.Tensor) -> None:
+        if not t.dtype.is_float:
+            self.fail("C031", f"'{t.name}' must have a float dtype to be rotated", t.loc)
+        for role in (ir.Role.HEADS, ir.Role.HEAD_DIM):
+            d = t.role_dim(role)
+            if d is None:
+                self.fail("C013", f"'{t.name}' needs a dimension labelled '{role.value}'", t.loc,
+                          "label its axes, e.g. [tokens=T, heads=32, head_dim=128]")
+            if not isinstance(d.size, int):
+                self.fail("C027", f"'{role.value}' of '{t.name}' must be an integer, not '{d.size}'", t.loc)
+        roles = {d.role for d in t.token_dims}
+        if not roles:
+            self.fail("C013", f"'{t.name}' needs token dimensions: 'tokens', or 'batch' and 'seq'", t.loc)
+        if ir.Role.TOKENS in roles and roles != {ir.Role.TOKENS}:
+            self.fail("C013", f"'{t.name}' mixes 'tokens' with 'batch'/'seq'", t.loc,
+                      "use tokens for packed layouts, batch and seq otherwise")
+        if roles == {ir.Role.BATCH}:
+            self.fail("C013", f"'{t.name}' has 'batch' but no 'seq' dimension", t.loc)
+        unlabelled = [d for d in t.dims if d.role is None]
+        if unlabelled:
+            self.fail("C013", f"every dimension of rotated '{t.name}' needs a label", t.loc,
+                      "labels: " + ", ".join(ROLE_NAMES))
+        merged = [a for a in t.axes if len(a.parts) > 1]
+        for a in merged:
+            if [p.role for p in a.parts] != [ir.Role.HEADS, ir.Role.HEAD_DIM]:
+                self.fail("C013", f"'{t.name}': only (heads=H, head_dim=D) may be merged into one axis", t.loc)
+        if t.dims[-1].role is not ir.Role.HEAD_DIM:
+            self.fail("C013", f"'{t.name}': head_dim must be the innermost (last) dimension", t.loc)
+
+    def pairing(self) -> ir.Pairing:
+        s = self.require("pairing")
+        v = s.value
+        if isinstance(v, A.Word):
+            name = self.word(v, "pairing", ("neox", "gptj"))
+            return ir.Pairing(ir.PairKind(name))
+        if isinstance(v, A.Call) and v.name == "block":
+            args = self.call_args(v, ("coeff",), ("coeff",), ("coeff",))
+            coeff = self.number(args["coeff"], "coeff", integer=True, positive=True)
+            return ir.Pairing(ir.PairKind.BLOCK, coeff=int(coeff))
+        if isinstance(v, A.Call) and v.name == "glm2d":
+            args = self.call_args(v, ("inner",), (), ("inner",))
+            inner = ir.PairKind(self.word(args["inner"], "inner pairing", ("neox", "gptj"))) \
+                if "inner" in args else ir.PairKind.GPTJ
+            return ir.Pairing(ir.PairKind.GLM2D, inner=inner)
+        name = v.name if isinstance(v, (A.Call, A.Word)) else str(v)
+        self.fail("C009", f"unknown pairing '{name}'", v.loc,
+                  did_you_mean(name, PAIR_WORDS) or "neox, gptj, block(coeff=N), glm2d(inner=gptj)")
+
+    def rotary_dim(self, head_dim: int, pairing: ir.Pairing) -> int:
+        s = self.setting("rotary_dim")
+        if head_dim % 2:
+            self.fail("C014", f"head_dim {head_dim} is odd; rotation needs pairs", self.node.name_loc)
+        if s is None:
+            return head_dim
+        r = int(self.number(s.value, "rotary_dim", integer=True, positive=True))
+        step = 4 if pairing.kind is ir.PairKind.GLM2D else 2
+        if r % step or r > head_dim:
+            self.fail("C014", f"rotary_dim {r} must be a multiple of {step} and at most head_dim {head_dim}",
+                      s.value.loc)
+        if pairing.kind is ir.PairKind.BLOCK and r != head_dim:
+            self.fail("C030", "block pairing rotates whole heads; drop rotary_dim", s.loc,
+                      "partial rotation with ATB tables is done by splitting the tensor")
+        return r
+
+    def sequences(self, first: ir.Tensor) -> str | None:
+        s = self.setting("sequences")
+        if s is None:
+            return None
+        t = self.ref(s.value, "sequences")
+        if t.dtype.is_float or len(t.axes) != 1:
+            self.fail("C032", f"sequences '{t.name}' must be a 1-D integer tensor [batch]", t.loc)
+        if [d.role for d in first.token_dims] != [ir.Role.TOKENS]:
+            self.fail("C032", "sequences = ... describes packed tokens; the rotated tensors need a 'tokens' dim",
+                      s.loc)
+        return t.name
+
+    def scalar(self, v: A.Value, what: str) -> ir.Scalar:
+        if isinstance(v, A.Number):
+            return int(self.number(v, what, integer=True))
+        t = self.ref(v, what)
+        if t.dtype.is_float or len(t.axes) != 0:
+            self.fail("C016", f"{what} '{t.name}' must be a rank-0 integer tensor, e.g. i64[]", t.loc)
+        return t.name
+
+    def batch_vector(self, v: A.Value, first: ir.Tensor, what: str) -> str:
+        t = self.ref(v, what)
+        b = first.role_dim(ir.Role.BATCH)
+        if b is None:
+            self.fail("C016", f"{what} needs rotated tensors with a 'batch' dimension", v.loc)
+        if t.dtype.is_float or len(t.axes) != 1 or t.axes[0].size != b.size:
+            self.fail("C016", f"{what} '{t.name}' must be an integer tensor [{b.size}]", t.loc)
+        return t.name
+
+    def positions(self, first: ir.Tensor, sequences: str | None) -> ir.Positions:
+        s = self.setting("positions")
+        if s is None:
+            return ir.Positions(ir.PositionKind.TOKEN)
+        v = s.value
+        if isinstance(v, A.Word) and v.name == "in_sequence":
+            if sequences is None:
+                self.fail("C030", "positions = in_sequence needs `sequences = SEQLEN`", v.loc)
+            return ir.Positions(ir.PositionKind.IN_SEQUENCE)
+        if isinstance(v, A.Word):
+            t = self.ref(v, "positions")
+            if t.dtype.name not in ("i32", "i64"):
+                self.fail("C017", f"positions '{t.name}' must be i32 or i64, not {t.dtype.name}", t.loc)
+            want = [d.size for d in first.token_dims]
+            got = [a.size for a in t.axes]
+            if got != want:
+                self.fail("C016", f"positions '{t.name}' has shape [{', '.join(map(str, got))}]; "
+                          f"expected the token dims [{', '.join(map(str, want))}]", t.loc)
+            return ir.Positions(ir.PositionKind.IDS, ids=t.name)
+        if isinstance(v, A.Call) and v.name in ("arange", "glm2d"):
+            if [d.role for d in first.token_dims] != [ir.Role.BATCH, ir.Role.SEQ] and v.name == "glm2d":
+                self.fail("C016", "glm2d positions need rotated tensors laid out [batch, seq, ...]", v.loc)
+            allowed = ("start", "pad") + (("first_seqlen",) if v.name == "glm2d" else ())
+            required = ("first_seqlen",) if v.name == "glm2d" else ()
+            args = self.call_args(v, allowed, required)
+            start = self.scalar(args["start"], "start") if "start" in args else 0
+            pad = self.batch_vector(args["pad"], first, "pad") if "pad" in args else None
+            if v.name == "arange":
+                if pad is not None and first.role_dim(ir.Role.SEQ) is None:
+                    self.fail("C016", "arange(pad=...) needs [batch, seq] token dims", v.loc)
+                return ir.Positions(ir.PositionKind.ARANGE, start=start, pad=pad)
+            first_seqlen = self.scalar(args["first_seqlen"], "first_seqlen")
+            return ir.Positions(ir.PositionKind.GLM2D, start=start, pad=pad, first_seqlen=first_seqlen)
+        name = v.name if isinstance(v, (A.Word, A.Call)) else "?"
+        self.fail("C009", f"unknown positions form '{name}'", v.loc,
+                  did_you_mean(name, ("in_sequence", "arange", "glm2d")) or
+                  "an integer input, in_sequence, arange(start=, pad=), glm2d(start=, pad=, first_seqlen=)")
+
+    def angles(self, first: ir.Tensor, pairing: ir.Pairing, rotary_dim: int, positions: ir.Positions,
+               head_dim: int) -> ir.Angles:
+        s = self.require("angles")
+        v = s.value
+        if not isinstance(v, A.Call) or v.name not in ("table", "computed"):
+            name = v.name if isinstance(v, (A.Word, A.Call)) else "?"
+            self.fail("C009", f"unknown angle source '{name}'", v.loc,
+                      did_you_mean(name, ("table", "computed")) or "table(cos=, sin=) or computed(base=, ...)")
+        if v.name == "table":
+            args = self.call_args(v, ("cos", "sin"), ("cos", "sin"), ("cos", "sin"))
+            cos = self.ref(args["cos"], "cos")
+            sin = self.ref(args["sin"], "sin")
+            self.check_tables(cos, sin, first, pairing, rotary_dim, positions, head_dim, v.loc)
+            return ir.TableAngles(cos.name, sin.name)
+        args = self.call_args(v, ("base", "scaling", "freq_factors", "magnitude"), ("base",))
+        base = self.number(args["base"], "base", positive=True)
+        if base == 1:
+            self.fail("C029", "base must not be 1 (every frequency would be 1)", args["base"].loc)
+        scaling = self.scaling(args["scaling"]) if "scaling" in args else ir.NoScaling()
+        ff = None
+        if "freq_factors" in args:
+            t = self.ref(args["freq_factors"], "freq_factors")
+            n = rotary_dim // 2
+            if not t.dtype.is_float or [a.size for a in t.axes] != [n]:
+                self.fail("C018", f"freq_factors '{t.name}' must be a float tensor [{n}] (rotary_dim/2)", t.loc)
+            if pairing.kind is ir.PairKind.GLM2D:
+                self.fail("C030", "freq_factors are not defined for glm2d pairing", args["freq_factors"].loc)
+            ff = t.name
+        magnitude = self.number(args["magnitude"], "magnitude", positive=True) if "magnitude" in args else 1.0
+        if positions.kind is ir.PositionKind.TOKEN:
+            self.fail("C030", "computed angles need positions", v.loc,
+                      "add `positions = POS` (an integer input), arange(...), in_sequence or glm2d(...)")
+        return ir.ComputedAngles(base, scaling, ff, magnitude)
+
+    def scaling(self, v: A.Value) -> ir.Scaling:
+        if isinstance(v, A.Word) and v.name == "none":
+            return ir.NoScaling()
+        if not isinstance(v, A.Call) or v.name not in SCALING_ARGS:
+            name = v.name if isinstance(v, (A.Word, A.Call)) else "?"
+            self.fail("C009", f"unknown scaling '{name}'", v.loc, did_you_mean(name, SCALING_ARGS))
+        names = SCALING_ARGS[v.name]
+        defaults = {"ggml_yarn": {"ext_factor": None, "attn_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}
+        opt = defaults.get(v.name, {})
+        args = self.call_args(v, names, tuple(n for n in names if n not in opt))
+        vals = {}
+        for n in names:
+            if n not in args:
+                vals[n] = opt[n]
+                continue
+            integer = n in ("original_max_positions", "n_ctx_orig")
+            positive = n not in ("ext_factor",)
+            vals[n] = self.number(args[n], n, integer=integer, positive=positive, nonneg=not positive)
+        if v.name == "linear":
+            return ir.LinearScaling(vals["factor"])
+        if v.name == "llama3":
+            if vals["high_freq_factor"] < vals["low_freq_factor"]:
+                self.fail("C029", "high_freq_factor must be at least low_freq_factor", v.loc)
+            return ir.Llama3Scaling(vals["factor"], vals["low_freq_factor"], vals["high_freq_factor"],
+                                    int(vals["original_max_positions"]))
+        if vals["ext_factor"] is None:
+            vals["ext_factor"] = 0.0
+        return ir.GgmlYarnScaling(vals["freq_scale"], vals["ext_factor"], vals["attn_factor"],
+                                  vals["beta_fast"], vals["beta_slow"], int(vals["n_ctx_orig"]))
+
+    def check_tables(self, cos: ir.Tensor, sin: ir.Tensor, first: ir.Tensor, pairing: ir.Pairing,
+                     rotary_dim: int, positions: ir.Positions, head_dim: int, loc: Loc) -> None:
+        for t in (cos, sin):
+            if not t.dtype.is_float:
+                self.fail("C019", f"table '{t.name}' must have a float dtype", t.loc)
+        if [a.size for a in cos.axes] != [a.size for a in sin.axes] or cos.dtype != sin.dtype:
+            self.fail("C018", f"'{cos.name}' and '{sin.name}' must have the same shape and dtype", sin.loc)
+        if not cos.axes:
+            self.fail("C018", f"table '{cos.name}' needs at least one dimension", cos.loc)
+        width = cos.axes[-1].size
+        if not isinstance(width, int):
+            self.fail("C018", f"the last dimension of '{cos.name}' (its width) must be an integer", cos.loc)
+        lead = [a.size for a in cos.axes[:-1]]
+        tokens = [d.size for d in first.token_dims]
+        if positions.kind is ir.PositionKind.TOKEN:
+            if lead != tokens:
+                self.fail("C018", f"without positions, '{cos.name}' holds one row per token: expected "
+                          f"[{', '.join(map(str, tokens + [width]))}]", cos.loc,
+                          "or give `positions = ...` to gather rows")
+        elif len(lead) != 1 or positions.streams != 1 and False:
+            self.fail("C018", f"'{cos.name}' is indexed by position: expected [ROWS, {width}]", cos.loc)
+        if pairing.kind is ir.PairKind.BLOCK:
+            c = pairing.coeff
+            if head_dim % width:
+                self.fail("C018", f"table width {width} must divide head_dim {head_dim}", cos.loc)
+            if c is None or c < 2 or c % 2 or width % c:
+                self.fail("C020", f"block coeff {c} must be even and divide the table width {width}",
+                          self.settings["pairing"].value.loc, "ATB allows 2, 4, W/2 and W")
+        else:
+            need = rotary_dim // 2 if pairing.kind is not ir.PairKind.GLM2D else rotary_dim // 4
+            if width < need:
+                self.fail("C018", f"table '{cos.name}' is {width} wide; the rotation needs {need} columns",
+                          cos.loc, "rotary_dim/2 columns for neox and gptj")
+
+    def rmsnorm(self) -> ir.RmsNormOp:
+        if len(self.node.inputs) != 2 or len(self.tensors) != 2:
+            self.fail("C034", "rmsnorm takes exactly two inputs: x, then scale", self.node.name_loc)
+        x, scale = self.tensors.values()
+        self.used.update((x.name, scale.name))
+        if len(self.node.outputs) != 1 or self.node.outputs[0].value is not None:
+            loc = self.node.outputs[1].loc if len(self.node.outputs) > 1 else \
+                (self.node.outputs[0].value.loc if self.node.outputs else self.node.name_loc)
+            self.fail("C025", "rmsnorm has exactly one output, declared as `out NAME`", loc)
+        out = self.node.outputs[0].name
+        if out in self.tensors:
+            self.fail("C003", f"'{out}' is declared twice", self.node.outputs[0].loc)
+        for t in (x, scale):
+            if t.dtype.name not in FLOAT_NAMES:
+                self.fail("C023", f"'{t.name}' must be a float type", t.loc)
+            if any(len(a.parts) > 1 or a.parts[0].role is not None for a in t.axes):
+                self.fail("C023", f"rmsnorm tensors take plain dimensions, not labels", t.loc)
+        rank = len(x.axes)
+        if rank == 0:
+            self.fail("C021", f"'{x.name}' needs at least one dimension", x.loc)
+        s = self.setting("axis")
+        axis = -1 if s is None else int(self.number(s.value, "axis", integer=True))
+        if not -rank <= axis < rank:
+            self.fail("C021", f"axis {axis} is out of range for rank {rank}", s.value.loc,
+                      f"use {-rank}..{rank - 1}")
+        axis %= rank
+        normalized = [a.size for a in x.axes[axis:]]
+        sshape = [a.size for a in scale.axes]
+        if len(sshape) > len(normalized) or any(
+                sd != 1 and sd != nd for sd, nd in zip(sshape[::-1], normalized[::-1])):
+            self.fail("C022", f"scale shape [{', '.join(map(str, sshape))}] does not broadcast to the "
+                      f"normalized shape [{', '.join(map(str, normalized))}]", scale.loc)
+        for nd in normalized:
+            if not isinstance(nd, int):
+                self.fail("C027", f"normalized dimension '{nd}' must be an integer", x.loc)
+        e = self.setting("epsilon")
+        eps = 1e-5 if e is None else self.number(e.value, "epsilon", nonneg=True)
+        st = self.setting("stash")
+        stash = DTYPES["f32"]
+        if st is not None:
+            name = self.word(st.value, "stash", ("f32", "f64"))
+            stash = DTYPES[name]
+        return ir.RmsNormOp(self.node.name, (x, scale), out, axis, eps, stash, self.node.loc)

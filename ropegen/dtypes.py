@@ -1,0 +1,62 @@
+"""The one dtype table: every fact about a storage or compute type lives in a single row here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type, with how every backend spells it and how exactly check compares it."""
+
+    name: str            # spelling in .rope specs
+    numpy: str           # numpy dtype name (bfloat16 comes from ml_dtypes)
+    c_type: str          # C storage type (f16/bf16 stored as raw uint16_t bits)
+    cuda_type: str       # CUDA storage type
+    itemsize: int
+    is_float: bool
+    mantissa_bits: int   # explicit fraction bits; 0 for integers
+    rtol: float          # check tolerance vs the float64 reference (relative part)
+    atol: float          # check tolerance (absolute part, for values near zero)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        if self.name == "bf16":
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.numpy)
+
+    @property
+    def eps(self) -> float:
+        return 2.0 ** -self.mantissa_bits if self.is_float else 0.0
+
+
+# Tolerances: a few units in the last place of the storage type, because a kernel rounds its
+# inputs' products once in the compute type and once more on the store.
+_ROWS = (
+    DType("f64", "float64", "double", "double", 8, True, 52, 1e-12, 1e-12),
+    DType("f32", "float32", "float", "float", 4, True, 23, 2e-6, 2e-6),
+    DType("f16", "float16", "uint16_t", "__half", 2, True, 10, 2e-3, 2e-3),
+    DType("bf16", "bfloat16", "uint16_t", "__nv_bfloat16", 2, True, 7, 1.6e-2, 1.6e-2),
+    DType("i32", "int32", "int32_t", "int", 4, False, 0, 0.0, 0.0),
+    DType("i64", "int64", "int64_t", "long long", 8, False, 0, 0.0, 0.0),
+    DType("u32", "uint32", "uint32_t", "unsigned int", 4, False, 0, 0.0, 0.0),
+)
+
+DTYPES: dict[str, DType] = {row.name: row for row in _ROWS}
+FLOAT_NAMES = tuple(d.name for d in _ROWS if d.is_float)
+INT_NAMES = tuple(d.name for d in _ROWS if not d.is_float)
+
+
+def by_name(name: str) -> DType:
+    return DTYPES[name]
+
+
+def from_numpy(dtype: np.dtype) -> DType | None:
+    """The table row for a numpy dtype, or None when ropegen has no such type."""
+    dtype = np.dtype(dtype)
+    for row in _ROWS:
+        if row.np_dtype == dtype:
+            return row
+    return None

@@ -1,0 +1,240 @@
+"""Stage 3: the checked operator, as frozen dataclasses and enums (no backend strings here)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Union
+
+from .diagnostics import Loc
+from .dtypes import DType
+
+
+class Role(Enum):
+    BATCH = "batch"
+    SEQ = "seq"
+    TOKENS = "tokens"
+    HEADS = "heads"
+    HEAD_DIM = "head_dim"
+
+
+TOKEN_ROLES = (Role.BATCH, Role.SEQ, Role.TOKENS)
+
+Size = Union[int, str]   # a fixed extent, or a symbol bound when the operator runs
+
+
+@dataclass(frozen=True)
+class Dim:
+    size: Size
+    role: Role | None = None
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One memory axis; more than one part means dims merged row-major into one axis."""
+
+    parts: tuple[Dim, ...]
+
+    @property
+    def size(self) -> Size:
+        if len(self.parts) == 1:
+            return self.parts[0].size
+        total = 1
+        for p in self.parts:
+            assert isinstance(p.size, int)
+            total *= p.size
+        return total
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: DType
+    axes: tuple[Axis, ...]
+    loc: Loc
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return tuple(p for a in self.axes for p in a.parts)
+
+    def role_dim(self, role: Role) -> Dim | None:
+        for d in self.dims:
+            if d.role is role:
+                return d
+        return None
+
+    @property
+    def token_dims(self) -> tuple[Dim, ...]:
+        return tuple(d for d in self.dims if d.role in TOKEN_ROLES)
+
+
+class PairKind(Enum):
+    NEOX = "neox"        # (j, j + r/2)
+    GPTJ = "gptj"        # (2j, 2j + 1)
+    BLOCK = "block"      # ATB rotaryCoeff: stride W/c blocks, per-element cos/sin
+    GLM2D = "glm2d"      # two halves, each paired by `inner`, each with its own position stream
+
+
+@dataclass(frozen=True)
+class Pairing:
+    kind: PairKind
+    coeff: int | None = None
+    inner: PairKind | None = None
+
+
+class PositionKind(Enum):
+    TOKEN = "token"              # no positions: tables hold one row per token
+    IDS = "ids"                  # an integer tensor of positions, one per token
+    IN_SEQUENCE = "in_sequence"  # index of the token inside its packed sequence (ATB cosFormat=1)
+    ARANGE = "arange"            # start + s - pad[b]
+    GLM2D = "glm2d"              # the two GLM-1 position streams (ppl Rotary2DPositionEmbedding)
+
+
+Scalar = Union[int, str]   # a literal, or the name of a rank-0 integer input
+
+
+@dataclass(frozen=True)
+class Positions:
+    kind: PositionKind
+    ids: str | None = None
+    start: Scalar = 0
+    pad: str | None = None
+    first_seqlen: Scalar | None = None
+
+    @property
+    def streams(self) -> int:
+        return 2 if self.kind is PositionKind.GLM2D else 1
+
+
+@dataclass(frozen=True)
+class NoScaling:
+    pass
+
+
+@dataclass(frozen=True)
+class LinearScaling:
+    factor: float
+
+
+@dataclass(frozen=True)
+class Llama3Scaling:
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_positions: int
+
+
+@dataclass(frozen=True)
+class GgmlYarnScaling:
+    """ggml_rope_ext's parameters beyond freq_base (YaRN in ggml's own form)."""
+
+    freq_scale: float
+    ext_factor: float
+    attn_factor: float
+    beta_fast: float
+    beta_slow: float
+    n_ctx_orig: int
+
+
+Scaling = Union[NoScaling, LinearScaling, Llama3Scaling, GgmlYarnScaling]
+
+
+@dataclass(frozen=True)
+class TableAngles:
+    cos: str
+    sin: str
+
+
+@dataclass(frozen=True)
+class ComputedAngles:
+    base: float
+    scaling: Scaling
+    freq_factors: str | None
+    magnitude: float
+
+
+Angles = Union[TableAngles, ComputedAngles]
+
+
+class Direction(Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"   # the inverse rotation (sin -> -sin), ggml_rope_ext_back
+
+
+class Compute(Enum):
+    F32 = "f32"
+    F64 = "f64"
+    STORAGE = "storage"     # every product and sum rounded to the storage type (ATB golden)
+
+
+class AngleNumerics(Enum):
+    EXACT = "exact"   # angle p*inv in float64, reduced mod 2*pi, then rounded
+    GGML = "ggml"     # ggml's float32 running product theta *= theta_scale per pair
+
+
+class Trig(Enum):
+    ACCURATE = "accurate"
+    FAST = "fast"
+
+
+@dataclass(frozen=True)
+class RopeOutput:
+    name: str
+    source: str
+    rotate: bool      # False: a pass-through copy (ppl bypass_key)
+
+
+@dataclass(frozen=True)
+class RopeOp:
+    name: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[RopeOutput, ...]
+    pairing: Pairing
+    rotary_dim: int
+    positions: Positions
+    angles: Angles
+    sequences: str | None
+    direction: Direction
+    compute: Compute
+    numerics: AngleNumerics
+    trig: Trig
+    loc: Loc
+
+    kind = "rope"
+
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in self.inputs if t.name == name)
+
+    @property
+    def rotated(self) -> tuple[Tensor, ...]:
+        return tuple(self.tensor(o.source) for o in self.outputs)
+
+
+@dataclass(frozen=True)
+class RmsNormOp:
+    name: str
+    inputs: tuple[Tensor, ...]    # (x, scale)
+    output: str
+    axis: int                     # non-negative first normalized axis
+    epsilon: float
+    stash: DType
+    loc: Loc
+
+    kind = "rmsnorm"
+
+    @property
+    def x(self) -> Tensor:
+        return self.inputs[0]
+
+    @property
+    def scale(self) -> Tensor:
+        return self.inputs[1]
+
+
+Operator = Union[RopeOp, RmsNormOp]
+
+
+@dataclass(frozen=True)
+class Spec:
+    file: str
+    sha256: str
+    operators: tuple[Operator, ...]
