@@ -6,6 +6,7 @@ knows declarations and `key = value`.
 from __future__ import annotations
 
 import hashlib
+import keyword
 from typing import Callable
 
 from . import ast as A
@@ -19,6 +20,11 @@ ROPE_KEYS = ("pairing", "rotary_dim", "positions", "angles", "sequences", "direc
 RMS_KEYS = ("axis", "epsilon", "stash")
 ROLE_NAMES = tuple(r.value for r in ir.Role)
 PAIR_WORDS = ("neox", "gptj", "block", "glm2d")
+# Tensor names become parameters in generated Python, C and CUDA: keep them off keywords.
+RESERVED = frozenset(keyword.kwlist) | frozenset(
+    "np check auto break case char const continue default do double else enum extern float for goto if inline "
+    "int long register restrict return short signed sizeof static struct switch typedef union unsigned void "
+    "volatile while bool true false half size_t int32_t int64_t uint16_t uint32_t".split())
 SCALING_ARGS = {
     "none": (),
     "linear": ("factor",),
@@ -91,13 +97,21 @@ class _OperatorChecker:
                 self.settings[s.key] = s
 
     def collect_inputs(self) -> None:
+        for o in self.node.outputs:
+            self.check_name(o.name, o.loc)
         for inp in self.node.inputs:
+            self.check_name(inp.name, inp.loc)
             if inp.name in self.tensors:
                 self.err("C003", f"'{inp.name}' is declared twice", inp.loc)
                 continue
             t = self.guarded(self.tensor_type, inp)
             if t is not None:
                 self.tensors[inp.name] = t
+
+    def check_name(self, name: str, loc: Loc) -> None:
+        if name in RESERVED or name.startswith("_"):
+            self.err("C036", f"'{name}' cannot name a tensor: it is reserved in a generated language", loc,
+                     f"rename it, e.g. '{name.lstrip('_')}_t'")
 
     def tensor_type(self, inp: A.InputNode) -> ir.Tensor:
         ty = inp.type

@@ -1,0 +1,133 @@
+"""The Python API: compile a spec, get operators with sources per target and a run method."""
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from . import backends, ir
+from .check import check
+from .parse import parse
+from .plan import Plan, plan_operator
+
+
+class Operator:
+    """One compiled operator: its IR, its plan, its sources per target, and run()."""
+
+    def __init__(self, op: ir.Operator, spec: ir.Spec):
+        self.ir = op
+        self.spec = spec
+        self.plan: Plan = plan_operator(op, spec.sha256)
+        self._kernels: dict[str, object] = {}
+        self.sources = _Sources(self)
+
+    @property
+    def name(self) -> str:
+        return self.ir.name
+
+    @property
+    def kind(self) -> str:
+        return self.ir.kind
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.ir.inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        if isinstance(self.ir, ir.RmsNormOp):
+            return (self.ir.output,)
+        return tuple(o.name for o in self.ir.outputs)
+
+    def kernel(self, backend: str):
+        if backend not in self._kernels:
+            b = _backend(backend)
+            why = b.unavailable()
+            if why:
+                raise RuntimeError(f"backend '{backend}' cannot run here: {why}")
+            self._kernels[backend] = b.load(self.plan, self.sources[backend])
+        return self._kernels[backend]
+
+    def run(self, *arrays, backend: str = "numpy", **options):
+        """Run on arrays given in declaration order; one output is returned bare, several as a tuple."""
+        if len(arrays) != len(self.inputs):
+            raise ValueError(f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
+                             f"got {len(arrays)}")
+        outs = self.kernel(backend)(*arrays, **options)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    __call__ = run
+
+    def run_all(self, *arrays, backend: str = "numpy", **options) -> tuple[np.ndarray, ...]:
+        """Like run(), but always a tuple."""
+        outs = self.run(*arrays, backend=backend, **options)
+        return outs if isinstance(outs, tuple) else (outs,)
+
+    def __repr__(self) -> str:
+        return f"<ropegen {self.kind} '{self.name}' inputs={self.inputs} outputs={self.outputs}>"
+
+
+class _Sources:
+    """`op.sources[target]` -> {file name: text}, rendered on first use."""
+
+    def __init__(self, op: Operator):
+        self._op = op
+        self._cache: dict[str, dict[str, str]] = {}
+
+    def __getitem__(self, target: str) -> dict[str, str]:
+        if target not in self._cache:
+            self._cache[target] = _backend(target).sources(self._op.plan, self._op.spec.file)
+        return self._cache[target]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(backends.names())
+
+
+def _backend(name: str):
+    try:
+        return backends.get(name)
+    except KeyError:
+        raise ValueError(f"unknown backend '{name}'; available: {', '.join(backends.names())}") from None
+
+
+class Program:
+    """All operators of one spec."""
+
+    def __init__(self, spec: ir.Spec, source: str):
+        self.spec = spec
+        self.source = source
+        self.operators = tuple(Operator(op, spec) for op in spec.operators)
+
+    def __getitem__(self, name: str) -> Operator:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[Operator]:
+        return iter(self.operators)
+
+    def __len__(self) -> int:
+        return len(self.operators)
+
+
+def load_source(path_or_text: str | os.PathLike) -> tuple[str, str]:
+    """(text, file name) from a path or from spec text itself."""
+    if isinstance(path_or_text, os.PathLike):
+        p = Path(path_or_text)
+        return p.read_text(encoding="utf-8"), str(p)
+    text = str(path_or_text)
+    if "\n" not in text and "{" not in text and text.strip():
+        p = Path(text)
+        return p.read_text(encoding="utf-8"), str(p)
+    return text, "<spec>"
+
+
+def compile(path_or_text: str | os.PathLike, file: str | None = None) -> Program:  # noqa: A001
+    """Parse, check and plan a spec given as a path or as text; raises SpecError on a bad spec."""
+    text, name = load_source(path_or_text)
+    spec = check(parse(text, file or name))
+    return Program(spec, text)

@@ -1,0 +1,105 @@
+"""The NumPy backend: a self-contained, vectorised Python module per operator."""
+from __future__ import annotations
+
+import types
+
+from .. import ir
+from ..dtypes import DTYPES
+from ..plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan
+from .base import Backend, Kernel
+
+# A step's operands (all rotated streams of a block of tokens, plus temporaries) should stay in a
+# typical 1-2 MiB L2: 256 KiB of input per step leaves room for outputs and temporaries.
+_STEP_BYTES = 256 * 1024
+
+
+def block_tokens(plan: RopePlan) -> int:
+    per_token = 0
+    for t in plan.inputs:
+        if t.heads is not None:
+            per_token += t.heads * plan.unit * t.dtype.itemsize
+    return max(1, _STEP_BYTES // max(1, per_token))
+
+
+def _np_type(d) -> str:
+    return "np." + d.np_dtype.name
+
+
+def rms_product_type(plan: RmsNormPlan):
+    """The scale multiply runs in float64 when either operand is float64, else in float32."""
+    return DTYPES["f64"] if "f64" in (plan.x.name, plan.scale.name) else DTYPES["f32"]
+
+
+def rms_context(p: RmsNormPlan) -> dict:
+    product = rms_product_type(p)
+    padded = (1,) * (len(p.norm_shape) - len(p.scale_shape)) + p.scale_shape
+    return dict(
+        product=product,
+        product_np=_np_type(product),
+        stash_np=_np_type(p.stash),
+        padded_scale_shape=padded,
+        rows_per_step=max(1, _STEP_BYTES // (p.norm_size * 8)),
+    )
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    folder = "numpy"
+    comment = "#"
+
+    def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
+        if isinstance(plan, RopePlan):
+            text = self.render_file(plan, "py", spec_file, **self._rope_context(plan))
+        else:
+            text = self.render_file(plan, "py", spec_file, **rms_context(plan))
+        return {f"{plan.name}.py": text}
+
+    def _rope_context(self, p: RopePlan) -> dict:
+        tensors = {t.name: t for t in p.inputs}
+        first = tensors[p.streams[0].src]
+        sym_first = {d.role: d.size for d in p.ir.tensor(first.name).dims}
+
+        def size_expr(role: ir.Role) -> str:
+            v = sym_first[role]
+            return str(v) if isinstance(v, int) else f'sym["{v}"]'
+
+        pos = p.positions
+        args: list[str] = []
+        for name in (pos.ids, p.sequences, pos.pad):
+            if name:
+                args.append(name)
+        for v in (pos.start, pos.first_seqlen):
+            if isinstance(v, str):
+                args.append(v)
+
+        def scalar_expr(v) -> str:
+            return str(v) if isinstance(v, int) else f'_scalar("{v}", t_{v})'
+
+        if isinstance(p.angles, ExactAngles):
+            kind = "exact"
+        elif isinstance(p.angles, GgmlAngles):
+            kind = "ggml"
+        else:
+            kind = "table"
+        compute_np = f"t_{first.name}.dtype" if p.compute.name == "bf16" else _np_type(p.compute)
+        return dict(
+            tensors=tensors,
+            block_tokens=block_tokens(p),
+            angles_kind=kind,
+            position_args=list(dict.fromkeys(args)),
+            start_expr=scalar_expr(pos.start),
+            first_expr=scalar_expr(pos.first_seqlen) if pos.first_seqlen is not None else "0",
+            pad_expr=f"t_{pos.pad}.astype(np.int64)[:, None]" if pos.pad else "0",
+            tokens_expr=size_expr(ir.Role.TOKENS) if p.token_layout == "t" else "",
+            batch_expr=size_expr(ir.Role.BATCH) if p.token_layout == "bs" else "",
+            seq_expr=size_expr(ir.Role.SEQ) if p.token_layout == "bs" else "",
+            compute_np=compute_np,
+            cast_in="" if p.compute == p.storage else f".astype({compute_np})",
+        )
+
+    def load(self, plan: Plan, sources: dict[str, str]) -> Kernel:
+        name = f"{plan.name}.py"
+        module = types.ModuleType(f"ropegen_generated_{plan.name}")
+        code = compile(sources[name], f"<ropegen numpy {name}>", "exec")
+        exec(code, module.__dict__)
+        return module.run

@@ -1,0 +1,257 @@
+"""The float64 reference evaluator, written from the operator definitions.
+
+It reads the checked IR, never the plan or a template: pair maps, positions and frequencies are
+derived again here, element by element, so that a planning or template bug cannot hide on both
+sides of a comparison.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import ir
+
+
+def evaluate(op: ir.Operator, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs (float64) of `op` for the given inputs (by name)."""
+    if isinstance(op, ir.RmsNormOp):
+        return {op.output: _rmsnorm(op, arrays)}
+    return _rope(op, arrays)
+
+
+# ---------------------------------------------------------------------------------------------
+def _rmsnorm(op: ir.RmsNormOp, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    x = np.asarray(arrays[op.x.name]).astype(np.float64)
+    w = np.asarray(arrays[op.scale.name]).astype(np.float64)
+    axes = tuple(range(op.axis, x.ndim))
+    ms = np.mean(x * x, axis=axes, keepdims=True)
+    return x / np.sqrt(ms + op.epsilon) * w
+
+
+# ---------------------------------------------------------------------------------------------
+def _canonical(t: ir.Tensor, a: np.ndarray) -> np.ndarray:
+    """[batch, seq, heads, head_dim] float64 view of a rotated tensor (tokens become batch 1)."""
+    dims = t.dims
+    a = np.asarray(a).astype(np.float64).reshape(tuple(_bound(a, t)))
+    roles = [d.role for d in dims]
+    if ir.Role.TOKENS in roles:
+        order = [roles.index(ir.Role.TOKENS), roles.index(ir.Role.HEADS), roles.index(ir.Role.HEAD_DIM)]
+        return a.transpose(order)[None]
+    order = [roles.index(r) for r in (ir.Role.BATCH, ir.Role.SEQ, ir.Role.HEADS, ir.Role.HEAD_DIM)]
+    return a.transpose(order)
+
+
+def _bound(a: np.ndarray, t: ir.Tensor) -> list[int]:
+    """The un-merged shape of `a` (merged axes split into their parts)."""
+    out = []
+    for ax, n in zip(t.axes, a.shape):
+        if len(ax.parts) == 1:
+            out.append(n)
+        else:
+            out.extend(int(p.size) for p in ax.parts)
+    return out
+
+
+def _from_canonical(t: ir.Tensor, c: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    roles = [d.role for d in t.dims]
+    if ir.Role.TOKENS in roles:
+        c = c[0]
+        order = [roles.index(ir.Role.TOKENS), roles.index(ir.Role.HEADS), roles.index(ir.Role.HEAD_DIM)]
+    else:
+        order = [roles.index(r) for r in (ir.Role.BATCH, ir.Role.SEQ, ir.Role.HEADS, ir.Role.HEAD_DIM)]
+    return c.transpose(np.argsort(order)).reshape(shape)
+
+
+def pair_list(op: ir.RopeOp, width: int) -> list[tuple[int, int, int, int, int]]:
+    """(a, b, column for a, column for b, position stream) for every pair of one head of `width`."""
+    p, r = op.pairing, op.rotary_dim
+    pairs = []
+    if p.kind is ir.PairKind.NEOX:
+        pairs = [(j, j + r // 2, j, j, 0) for j in range(r // 2)]
+    elif p.kind is ir.PairKind.GPTJ:
+        pairs = [(2 * j, 2 * j + 1, j, j, 0) for j in range(r // 2)]
+    elif p.kind is ir.PairKind.GLM2D:
+        half = r // 2
+        for k in range(2):
+            off = k * half
+            for j in range(half // 2):
+                if p.inner is ir.PairKind.NEOX:
+                    pairs.append((off + j, off + j + half // 2, j, j, k))
+                else:
+                    pairs.append((off + 2 * j, off + 2 * j + 1, j, j, k))
+    else:
+        # ATB: the rotation unit is the table width W; t = W / coeff
+        t = width // p.coeff
+        for k in range(p.coeff // 2):
+            for j in range(t):
+                a = 2 * t * k + j
+                pairs.append((a, a + t, a, a + t, 0))
+    return pairs
+
+
+def _positions(op: ir.RopeOp, arrays: dict[str, np.ndarray], B: int, S: int) -> list[np.ndarray]:
+    pos = op.positions
+
+    def scalar(v):
+        return int(v) if isinstance(v, int) else int(np.asarray(arrays[v]).reshape(()))
+
+    if pos.kind is ir.PositionKind.IDS:
+        return [np.asarray(arrays[pos.ids]).astype(np.int64).reshape(B, S)]
+    if pos.kind is ir.PositionKind.TOKEN:
+        return [np.arange(B * S).reshape(B, S)]
+    if pos.kind is ir.PositionKind.IN_SEQUENCE:
+        lens = np.asarray(arrays[op.sequences]).astype(np.int64)
+        out = np.empty(S, dtype=np.int64)
+        t = 0
+        for n in lens:
+            for i in range(int(n)):
+                out[t] = i
+                t += 1
+        return [out.reshape(1, S)]
+    start = scalar(pos.start)
+    pad = np.zeros(B, dtype=np.int64) if pos.pad is None else np.asarray(arrays[pos.pad]).astype(np.int64)
+    if pos.kind is ir.PositionKind.ARANGE:
+        return [np.array([[start + s - pad[b] for s in range(S)] for b in range(B)], dtype=np.int64)]
+    # GLM-1 2-D positions, as written in the ppl Rotary2DPositionEmbedding definition
+    first = scalar(pos.first_seqlen)
+    p0 = np.zeros((B, S), dtype=np.int64)
+    p1 = np.zeros((B, S), dtype=np.int64)
+    for b in range(B):
+        prompt_len = first - pad[b]
+        for s in range(S):
+            offset = start + s
+            if offset < pad[b]:
+                p0[b, s], p1[b, s] = 0, 0
+            elif offset < first - 1:
+                p0[b, s], p1[b, s] = offset - pad[b], 0
+            else:
+                p0[b, s], p1[b, s] = prompt_len - 2, offset - prompt_len + 2
+    return [p0, p1]
+
+
+def inverse_frequencies(op: ir.RopeOp, n: int) -> tuple[np.ndarray, float]:
+    """Exact-mode inverse frequencies (float64) and the magnitude factor, from the formulas."""
+    a = op.angles
+    assert isinstance(a, ir.ComputedAngles)
+    d = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
+    inv = np.array([a.base ** (-(2.0 * i) / d) for i in range(n)])
+    m = a.magnitude
+    s = a.scaling
+    if isinstance(s, ir.LinearScaling):
+        inv = inv / s.factor
+    elif isinstance(s, ir.Llama3Scaling):
+        # HF / vLLM form: smooth = (L/wavelen - lf)/(hf - lf), blended between inv/factor and inv
+        wavelen = 2 * np.pi / inv
+        low_wl = s.original_max_positions / s.low_freq_factor
+        high_wl = s.original_max_positions / s.high_freq_factor
+        scaled = np.where(wavelen > low_wl, inv / s.factor, inv)
+        if s.high_freq_factor != s.low_freq_factor:
+            smooth = (s.original_max_positions / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+        else:
+            smooth = np.zeros_like(inv)
+        mid = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+        inv = np.where(mid, (1 - smooth) * inv / s.factor + smooth * inv, scaled)
+    elif isinstance(s, ir.GgmlYarnScaling):
+        low, high = _corr_dims(d, s, a.base)
+        ramp = np.array([(1 - min(1.0, max(0.0, (i - low) / max(0.001, high - low)))) * s.ext_factor
+                         for i in range(n)])
+        # blending angles equals blending frequencies: theta is linear in p
+        inv = inv * s.freq_scale * (1 - ramp) + inv * ramp
+        if s.ext_factor != 0:
+            m *= 1 + 0.1 * math.log(1 / s.freq_scale)
+        m *= s.attn_factor
+    return inv, m
+
+
+def _corr_dims(n_dims: int, s: ir.GgmlYarnScaling, base: float) -> tuple[float, float]:
+    # ggml evaluates these in float32; the floor/ceil make the result an integer either way
+    f32 = np.float32
+
+    def corr(n_rot: float) -> float:
+        return float(f32(f32(n_dims) * np.log(f32(s.n_ctx_orig) / (f32(n_rot) * f32(2) * f32(math.pi)), dtype=f32))
+                     / (f32(2) * np.log(f32(base), dtype=f32)))
+
+    return max(0.0, math.floor(corr(s.beta_fast))), min(n_dims - 1.0, math.ceil(corr(s.beta_slow)))
+
+
+def _ggml_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's rope_cache_init / rope_yarn angle numerics in float32; trig in float64."""
+    f32 = np.float32
+    a = op.angles
+    d = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
+    s = a.scaling
+    if isinstance(s, ir.GgmlYarnScaling):
+        fs, ext, attn = f32(s.freq_scale), f32(s.ext_factor), f32(s.attn_factor)
+        low, high = _corr_dims(d, s, a.base)
+    else:
+        fs, ext, attn, low, high = f32(1), f32(0), f32(1), 0.0, 0.0
+    theta_scale = np.power(f32(a.base), f32(-2.0) / f32(d), dtype=f32)
+    mscale = attn
+    if ext != 0:
+        mscale = f32(mscale * (f32(1) + f32(0.1) * np.log(f32(1) / fs, dtype=f32)))
+    mscale = float(mscale) * a.magnitude
+    theta = p.astype(f32)
+    cos = np.empty(p.shape + (n,))
+    sin = np.empty(p.shape + (n,))
+    for i in range(n):
+        te = theta if ff is None else (theta / f32(ff[i])).astype(f32)
+        ti = (fs * te).astype(f32)
+        th = ti
+        if ext != 0:
+            y = (f32(i) - f32(low)) / max(f32(0.001), f32(high) - f32(low))
+            ramp = f32(f32(1) - min(f32(1), max(f32(0), f32(y)))) * ext
+            th = (ti * (f32(1) - ramp) + te * ramp).astype(f32)
+        cos[..., i] = np.cos(th.astype(np.float64)) * mscale
+        sin[..., i] = np.sin(th.astype(np.float64)) * mscale
+        theta = (theta * theta_scale).astype(f32)
+    return cos, sin
+
+
+def _rope(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    first = op.rotated[0]
+    x0 = _canonical(first, arrays[first.name])
+    B, S = x0.shape[0], x0.shape[1]
+    streams = _positions(op, arrays, B, S)
+    head_dim = x0.shape[3]
+    a = op.angles
+    if isinstance(a, ir.TableAngles):
+        cos_t = np.asarray(arrays[a.cos]).astype(np.float64)
+        sin_t = np.asarray(arrays[a.sin]).astype(np.float64)
+        width = cos_t.shape[-1]
+        if op.positions.kind is ir.PositionKind.TOKEN:
+            cs = [(cos_t.reshape(B, S, width), sin_t.reshape(B, S, width))]
+        else:
+            cs = [(cos_t[p], sin_t[p]) for p in streams]
+        unit = width if op.pairing.kind is ir.PairKind.BLOCK else head_dim
+    else:
+        unit = head_dim
+        n = op.rotary_dim // 4 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim // 2
+        ff = None if a.freq_factors is None else np.asarray(arrays[a.freq_factors]).astype(np.float64)
+        cs = []
+        for p in streams:
+            if op.numerics is ir.AngleNumerics.GGML:
+                cs.append(_ggml_cos_sin(op, p, n, ff))
+                continue
+            inv, m = inverse_frequencies(op, n)
+            theta = p[..., None].astype(np.float64) * inv
+            if ff is not None:
+                theta = theta / ff
+            cs.append((np.cos(theta) * m, np.sin(theta) * m))
+    sign = -1.0 if op.direction is ir.Direction.BACKWARD else 1.0
+    pairs = pair_list(op, unit)
+    out = {}
+    for o in op.outputs:
+        t = op.tensor(o.source)
+        src = np.asarray(arrays[t.name])
+        x = _canonical(t, src)
+        y = x.copy()
+        if o.rotate:
+            for u in range(0, head_dim, unit):
+                for (ea, eb, ca, cb, k) in pairs:
+                    cos, sin = cs[k]
+                    xa, xb = x[:, :, :, u + ea], x[:, :, :, u + eb]
+                    y[:, :, :, u + ea] = xa * cos[:, :, None, ca] - xb * sin[:, :, None, ca] * sign
+                    y[:, :, :, u + eb] = xb * cos[:, :, None, cb] + xa * sin[:, :, None, cb] * sign
+        out[o.name] = _from_canonical(t, y, src.shape)
+    return out
