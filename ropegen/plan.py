@@ -54,6 +54,17 @@ class PairBlock:
     def same_columns(self) -> bool:
         return self.ca0 == self.cb0 and self.ca_step == self.cb_step
 
+    @property
+    def span(self) -> int:
+        """Elements from the first a to the last b, inclusive."""
+        return self.b_end - self.a0
+
+    @property
+    def halves(self) -> bool:
+        """Pairs (a0 + j, a0 + count + j) reading one column run: the rotate_half shape."""
+        return (self.a_step == 1 and self.b_step == 1 and self.b0 == self.a0 + self.count
+                and self.same_columns and self.ca_step == 1)
+
 
 @dataclass(frozen=True)
 class TensorPlan:

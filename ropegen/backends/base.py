@@ -18,6 +18,7 @@ class Backend(ABC):
     name: str            # the --target / backend= word
     folder: str          # templates/<folder>/
     comment: str         # line-comment marker of the generated language
+    ready: bool = True   # False while a target is announced but not built
 
     def template(self, plan: Plan, suffix: str) -> str:
         return f"{self.folder}/{plan.kind}.{suffix}.j2"

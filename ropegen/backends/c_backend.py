@@ -9,6 +9,7 @@ class CBackend(Backend):
     name = "c"
     folder = "c"
     comment = "//"
+    ready = False
 
     def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
         raise NotImplementedError("the C backend is not built yet")

@@ -9,6 +9,7 @@ class CudaBackend(Backend):
     name = "cuda"
     folder = "cuda"
     comment = "//"
+    ready = False
 
     def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
         raise NotImplementedError("the CUDA backend is not built yet")
