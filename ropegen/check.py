@@ -278,6 +278,11 @@ class _OperatorChecker:
         if numerics is ir.AngleNumerics.GGML and not isinstance(angles, ir.ComputedAngles):
             self.fail("C030", "angle_numerics = ggml needs computed angles", self.settings["angle_numerics"].loc,
                       "with `angles = table(...)` the angles come from the tables")
+        if numerics is ir.AngleNumerics.GGML and isinstance(angles, ir.ComputedAngles) and \
+                isinstance(angles.scaling, (ir.LinearScaling, ir.Llama3Scaling)):
+            self.fail("C030", "angle_numerics = ggml takes scaling none or ggml_yarn(...)",
+                      self.settings["angle_numerics"].loc,
+                      "ggml expresses linear scaling as ggml_yarn(freq_scale = 1/factor, ...)")
         if pairing.kind is ir.PairKind.BLOCK and isinstance(angles, ir.ComputedAngles):
             self.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
                       self.settings["pairing"].loc)
