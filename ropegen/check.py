@@ -311,6 +311,9 @@ class _OperatorChecker:
                       "use tokens for packed layouts, batch and seq otherwise")
         if roles == {ir.Role.BATCH}:
             self.fail("C013", f"'{t.name}' has 'batch' but no 'seq' dimension", t.loc)
+        if roles == {ir.Role.SEQ}:
+            self.fail("C013", f"'{t.name}' has 'seq' but no 'batch' dimension", t.loc,
+                      "label a single token axis 'tokens'")
         unlabelled = [d for d in t.dims if d.role is None]
         if unlabelled:
             self.fail("C013", f"every dimension of rotated '{t.name}' needs a label", t.loc,
