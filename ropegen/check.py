@@ -6,6 +6,7 @@ knows declarations and `key = value`.
 from __future__ import annotations
 
 import hashlib
+import math
 import keyword
 from typing import Callable
 
@@ -68,6 +69,7 @@ class _OperatorChecker:
         self.c = c
         self.node = node
         self.tensors: dict[str, ir.Tensor] = {}
+        self.broken: set[str] = set()   # inputs whose declaration already has an error
         self.used: set[str] = set()
         self.settings: dict[str, A.SettingNode] = {}
 
@@ -107,6 +109,8 @@ class _OperatorChecker:
             t = self.guarded(self.tensor_type, inp)
             if t is not None:
                 self.tensors[inp.name] = t
+            else:
+                self.broken.add(inp.name)
 
     def check_name(self, name: str, loc: Loc) -> None:
         if name in RESERVED or name.startswith("_"):
@@ -150,6 +154,8 @@ class _OperatorChecker:
         """A value that must name a declared input."""
         if not isinstance(v, A.Word):
             self.fail("C008", f"{what} must name an input", v.loc)
+        if v.name in self.broken:
+            raise _Bad   # reported at its declaration
         if v.name not in self.tensors:
             self.fail("C012", f"'{v.name}' is not a declared input", v.loc,
                       did_you_mean(v.name, self.tensors) if self.tensors else "declare it with `in NAME: dtype[...]`")
@@ -162,11 +168,13 @@ class _OperatorChecker:
             self.fail("C008", f"{what} must be a number", v.loc)
         if integer and not v.is_int:
             self.fail("C008", f"{what} must be an integer", v.loc)
+        if not math.isfinite(v.value) or (integer and abs(v.value) > 2 ** 62):
+            self.fail("C029", f"{what} is too large", v.loc)
         if positive and not v.value > 0:
             self.fail("C029", f"{what} must be positive", v.loc)
         if nonneg and v.value < 0:
             self.fail("C029", f"{what} must not be negative", v.loc)
-        return int(v.text) if integer else v.value
+        return int(v.value) if integer else v.value
 
     def word(self, v: A.Value, what: str, choices: tuple[str, ...]) -> str:
         if isinstance(v, A.Call) and v.name in choices:
@@ -328,9 +336,15 @@ class _OperatorChecker:
     def pairing(self) -> ir.Pairing:
         s = self.require("pairing")
         v = s.value
+        if isinstance(v, A.Word) and v.name == "block":
+            self.fail("C011", "'block' needs the argument 'coeff'", v.loc, "e.g. block(coeff = 4)")
+        if isinstance(v, A.Word) and v.name == "glm2d":
+            return ir.Pairing(ir.PairKind.GLM2D, inner=ir.PairKind.GPTJ)
         if isinstance(v, A.Word):
-            name = self.word(v, "pairing", ("neox", "gptj"))
+            name = self.word(v, "pairing", ("neox", "gptj", "block", "glm2d"))
             return ir.Pairing(ir.PairKind(name))
+        if isinstance(v, A.Call) and v.name in ("neox", "gptj"):
+            self.fail("C008", f"'{v.name}' takes no arguments here", v.loc, f"write `pairing = {v.name}`")
         if isinstance(v, A.Call) and v.name == "block":
             args = self.call_args(v, ("coeff",), ("coeff",), ("coeff",))
             coeff = self.number(args["coeff"], "coeff", integer=True, positive=True)
@@ -340,7 +354,10 @@ class _OperatorChecker:
             inner = ir.PairKind(self.word(args["inner"], "inner pairing", ("neox", "gptj"))) \
                 if "inner" in args else ir.PairKind.GPTJ
             return ir.Pairing(ir.PairKind.GLM2D, inner=inner)
-        name = v.name if isinstance(v, (A.Call, A.Word)) else str(v)
+        if not isinstance(v, (A.Call, A.Word)):
+            self.fail("C008", "pairing must be a word or a call such as block(coeff = 4)", v.loc,
+                      "neox, gptj, block(coeff=N), glm2d(inner=gptj)")
+        name = v.name
         self.fail("C009", f"unknown pairing '{name}'", v.loc,
                   did_you_mean(name, PAIR_WORDS) or "neox, gptj, block(coeff=N), glm2d(inner=gptj)")
 
@@ -422,7 +439,10 @@ class _OperatorChecker:
                 return ir.Positions(ir.PositionKind.ARANGE, start=start, pad=pad)
             first_seqlen = self.scalar(args["first_seqlen"], "first_seqlen")
             return ir.Positions(ir.PositionKind.GLM2D, start=start, pad=pad, first_seqlen=first_seqlen)
-        name = v.name if isinstance(v, (A.Word, A.Call)) else "?"
+        if not isinstance(v, (A.Word, A.Call)):
+            self.fail("C008", "positions must name an integer input or be a form such as arange(...)", v.loc,
+                      "an integer input, in_sequence, arange(start=, pad=), glm2d(start=, pad=, first_seqlen=)")
+        name = v.name
         self.fail("C009", f"unknown positions form '{name}'", v.loc,
                   did_you_mean(name, ("in_sequence", "arange", "glm2d")) or
                   "an integer input, in_sequence, arange(start=, pad=), glm2d(start=, pad=, first_seqlen=)")
@@ -431,8 +451,10 @@ class _OperatorChecker:
                head_dim: int) -> ir.Angles:
         s = self.require("angles")
         v = s.value
+        if not isinstance(v, (A.Word, A.Call)):
+            self.fail("C008", "angles must be table(...) or computed(...)", v.loc)
         if not isinstance(v, A.Call) or v.name not in ("table", "computed"):
-            name = v.name if isinstance(v, (A.Word, A.Call)) else "?"
+            name = v.name
             self.fail("C009", f"unknown angle source '{name}'", v.loc,
                       did_you_mean(name, ("table", "computed")) or "table(cos=, sin=) or computed(base=, ...)")
         if v.name == "table":
@@ -464,9 +486,14 @@ class _OperatorChecker:
     def scaling(self, v: A.Value) -> ir.Scaling:
         if isinstance(v, A.Word) and v.name == "none":
             return ir.NoScaling()
+        if not isinstance(v, (A.Word, A.Call)):
+            self.fail("C008", "scaling must be a word or a call such as linear(factor = 2)", v.loc)
         if not isinstance(v, A.Call) or v.name not in SCALING_ARGS:
-            name = v.name if isinstance(v, (A.Word, A.Call)) else "?"
+            name = v.name
             self.fail("C009", f"unknown scaling '{name}'", v.loc, did_you_mean(name, SCALING_ARGS))
+        if v.name == "none":
+            self.call_args(v, (), ())
+            return ir.NoScaling()
         names = SCALING_ARGS[v.name]
         defaults = {"ggml_yarn": {"ext_factor": None, "attn_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}
         opt = defaults.get(v.name, {})
@@ -510,7 +537,7 @@ class _OperatorChecker:
                 self.fail("C018", f"without positions, '{cos.name}' holds one row per token: expected "
                           f"[{', '.join(map(str, tokens + [width]))}]", cos.loc,
                           "or give `positions = ...` to gather rows")
-        elif len(lead) != 1 or positions.streams != 1 and False:
+        elif len(lead) != 1:
             self.fail("C018", f"'{cos.name}' is indexed by position: expected [ROWS, {width}]", cos.loc)
         if pairing.kind is ir.PairKind.BLOCK:
             c = pairing.coeff
@@ -526,6 +553,8 @@ class _OperatorChecker:
                           cos.loc, "rotary_dim/2 columns for neox and gptj")
 
     def rmsnorm(self) -> ir.RmsNormOp:
+        if self.broken:
+            raise _Bad   # reported at the declaration
         if len(self.node.inputs) != 2 or len(self.tensors) != 2:
             self.fail("C034", "rmsnorm takes exactly two inputs: x, then scale", self.node.name_loc)
         x, scale = self.tensors.values()

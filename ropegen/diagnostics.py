@@ -27,9 +27,9 @@ class Diagnostic:
         head = f"{self.loc.file}:{self.loc.line}:{self.loc.column}: error[{self.code}]: {self.message}"
         lines = [head]
         if source is not None:
-            src_lines = source.splitlines()
+            src_lines = source.split("\n")   # the parser counts only \n as a line break
             if 1 <= self.loc.line <= len(src_lines):
-                text = src_lines[self.loc.line - 1].expandtabs(1)
+                text = src_lines[self.loc.line - 1].rstrip("\r").expandtabs(1)
                 width = 1
                 if self.loc.end_column and self.loc.end_column > self.loc.column:
                     width = self.loc.end_column - self.loc.column

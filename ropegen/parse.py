@@ -13,7 +13,7 @@ from .resources import grammar_path
 _TERMINAL_NAMES = {
     "NAME": "a name", "INT": "an integer", "SIGNED_NUMBER": "a number", "STRING": "a string",
     "LBRACE": "'{'", "RBRACE": "'}'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'",
-    "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "IN": "'in'", "OUT": "'out'",
+    "$END": "end of file", "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "IN": "'in'", "OUT": "'out'",
 }
 
 
@@ -38,7 +38,11 @@ def parse(source: str, file: str = "<spec>") -> A.SpecNode:
         tree = _parser().parse(source)
     except UnexpectedInput as exc:
         raise SpecError([_syntax_diagnostic(exc, source, file)], source) from None
-    return A.SpecNode(file, source, tuple(_Builder(file).operator(t) for t in tree.children))
+    try:
+        ops = tuple(_Builder(file).operator(t) for t in tree.children)
+    except SpecError as exc:
+        raise SpecError(exc.diagnostics, source) from None
+    return A.SpecNode(file, source, ops)
 
 
 def _expected_text(expected) -> str:
@@ -115,7 +119,12 @@ class _Builder:
 
     def size(self, s: Tree) -> int | str:
         tok = s.children[0]
-        return int(tok) if s.data == "int_size" else str(tok)
+        if s.data != "int_size":
+            return str(tok)
+        if len(tok) > 18:
+            raise SpecError([Diagnostic("P004", "this size is too large", self.loc(tok),
+                                        "sizes must fit in 64 bits")])
+        return int(tok)
 
     def value(self, v) -> A.Value:
         data = v.data

@@ -325,31 +325,16 @@ CASES = [
     case("C025-rmsnorm-no-output", _drop(RMS, "    out y"), "C025", 1, 9),
 ]
 
-# Checker defects found while building the corpus. Each spec shows the behaviour we expect; the
-# xfail is strict, so the case turns into a failure (to be moved into CASES) once it is fixed.
-_CASCADE = ("an input whose declaration has an error is dropped, so every later reference to it adds "
-            "a spurious C012 'not a declared input' (or C034 for rmsnorm)")
-XFAIL_CASES = [
-    case("C004-dtype-typo-in-rotated-input", _edit(LLAMA3, "in q: bf16", "in q: fp16"), "C004", 2, 11, "f16",
-         marks=pytest.mark.xfail(reason=_CASCADE, strict=True)),
-    case("C005-label-typo-in-rotated-input", _edit(LLAMA3, "heads=32", "heds=32"), "C005", 2, 26, "heads",
-         marks=pytest.mark.xfail(reason=_CASCADE, strict=True)),
-    case("C027-symbol-in-merged-axis-of-rotated-input", _edit(ONNX3D, "(heads=4,", "(heads=H,"), "C027", 2, 38,
-         marks=pytest.mark.xfail(reason=_CASCADE, strict=True)),
-    case("C004-dtype-typo-in-rmsnorm-scale", _edit(RMS, "in w: f32", "in w: f33"), "C004", 3, 11, "f32",
-         marks=pytest.mark.xfail(reason=_CASCADE, strict=True)),
-    case("C008-neox-called-with-parentheses", _edit(LLAMA3, "pairing = neox", "pairing = neox()"), "C008", 7, 15,
-         marks=pytest.mark.xfail(strict=True, reason=(
-             "pairing() reports C009 \"unknown pairing 'neox'\" with hint \"did you mean 'neox'?\"; "
-             "every other word setting reports C008 \"'X' takes no arguments here\""))),
-    case("C011-block-without-coeff", _edit(ATB, "pairing = block(coeff=4)", "pairing = block"), "C011", 9, 15,
-         marks=pytest.mark.xfail(strict=True, reason=(
-             "bare `pairing = block` reports C009 \"unknown pairing 'block'\" with hint 'expected one of: "
-             "gptj, neox', although block is a pairing; `block()` correctly says it needs 'coeff'"))),
-    case("C008-string-for-positions", _edit(LLAMA3, "positions = pos", 'positions = "pos"'), "C008", 8, 17,
-         marks=pytest.mark.xfail(strict=True, reason=(
-             "a string/number/list for `positions` reports C009 \"unknown positions form '?'\" instead of a "
-             "value-kind error (C008) like every other setting"))),
+# Checker defects found while building the corpus, now fixed: an input whose declaration has an
+# error must not cascade into C012/C034 at its uses; word-setting value kinds report C008.
+FIXED_CASES = [
+    case("C004-dtype-typo-in-rotated-input", _edit(LLAMA3, "in q: bf16", "in q: fp16"), "C004", 2, 11, "f16"),
+    case("C005-label-typo-in-rotated-input", _edit(LLAMA3, "heads=32", "heds=32"), "C005", 2, 26, "heads"),
+    case("C027-symbol-in-merged-axis-of-rotated-input", _edit(ONNX3D, "(heads=4,", "(heads=H,"), "C027", 2, 38),
+    case("C004-dtype-typo-in-rmsnorm-scale", _edit(RMS, "in w: f32", "in w: f33"), "C004", 3, 11, "f32"),
+    case("C008-neox-called-with-parentheses", _edit(LLAMA3, "pairing = neox", "pairing = neox()"), "C008", 7, 15),
+    case("C011-block-without-coeff", _edit(ATB, "pairing = block(coeff=4)", "pairing = block"), "C011", 9, 15),
+    case("C008-string-for-positions", _edit(LLAMA3, "positions = pos", 'positions = "pos"'), "C008", 8, 17),
 ]
 
 
@@ -370,7 +355,7 @@ def test_all_bases_together_are_valid():
     assert [op.name for op in result.operators] == ["llama3", "onnx3d", "atb", "n"]
 
 
-@pytest.mark.parametrize("spec,code,line,column,suggest", CASES + XFAIL_CASES)
+@pytest.mark.parametrize("spec,code,line,column,suggest", CASES + FIXED_CASES)
 def test_malformed_spec(spec, code, line, column, suggest):
     err = _single(spec)
     got = [(d.code, d.loc.line, d.loc.column) for d in err.diagnostics]
@@ -417,9 +402,6 @@ def test_several_errors_are_all_reported_in_source_order():
     assert rendered.index("error[C009]") < rendered.index("error[C006]")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "check.pairing builds its message with str(v) for a non-word value, so `pairing = 5` says "
-    "\"unknown pairing 'Number(value=5.0, text='5', loc=Loc(...))'\""))
 @pytest.mark.parametrize("value", ["5", '"neox"'])
 def test_pairing_value_of_wrong_kind_is_reported_readably(value):
     err = _single(_edit(LLAMA3, "pairing = neox", f"pairing = {value}"))
@@ -427,29 +409,18 @@ def test_pairing_value_of_wrong_kind_is_reported_readably(value):
     assert "Loc(" not in err.diagnostics[0].message
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="`scaling=none()` falls through to the ggml_yarn branch of check.scaling: KeyError 'ext_factor'")
 def test_scaling_none_called_does_not_crash():
     spec = _edit(LLAMA3, LLAMA3_SCALING, "scaling=none()")
-    try:
-        check(parse(spec, FILE))
-    except SpecError:
-        pass
+    op = check(parse(spec, FILE)).operators[0]
+    assert isinstance(op.angles.scaling, ir.NoScaling)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="a literal of more than 4300 digits makes int() raise ValueError in parse/check")
 def test_huge_integer_literal_is_a_spec_error_not_a_crash():
     spec = _edit(LLAMA3, "heads=32", "heads=" + "9" * 5000)
-    try:
-        check(parse(spec, FILE))
-    except SpecError:
-        pass
+    err = _single(spec)
+    assert [d.code for d in err.diagnostics] == ["P004"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Diagnostic.render splits the source with str.splitlines(), which also breaks at form feed, "
-    "U+2028, lone CR etc.; Lark counts only '\\n', so the quoted line is the wrong one"))
 def test_render_quotes_the_right_line_after_a_form_feed_in_a_comment():
     spec = "# a\x0cb\n" + _edit(LLAMA3, "pairing = neox", "pairing = nexo")
     err = _single(spec)
@@ -457,7 +428,6 @@ def test_render_quotes_the_right_line_after_a_form_feed_in_a_comment():
     assert "   8 |     pairing = nexo" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="the P002/P003 hint shows Lark's internal terminal name '$end'")
 def test_syntax_hint_does_not_leak_internal_terminal_names():
     err = _single(LLAMA3 + "}\n")
     assert err.diagnostics[0].code == "P002"
