@@ -12,6 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
+
+from ropegen.backends.numpy_backend import NumpyBackend
+from ropegen.plan import plan_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -562,6 +565,11 @@ def _assert_robust(text: str) -> None:
         assert rendered.count("error[") == len(err.diagnostics)
     else:
         assert isinstance(result, ir.Spec)
+        # a spec that checks must also plan and render to valid Python without an exception
+        for op in result.operators:
+            plan = plan_operator(op, result.sha256)
+            for name, text in NumpyBackend().sources(plan, "fuzz.rope").items():
+                compile(text, name, "exec")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
