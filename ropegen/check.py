@@ -291,6 +291,11 @@ class _OperatorChecker:
             self.fail("C030", "angle_numerics = ggml takes scaling none or ggml_yarn(...)",
                       self.settings["angle_numerics"].loc,
                       "ggml expresses linear scaling as ggml_yarn(freq_scale = 1/factor, ...)")
+        if (pairing.kind is ir.PairKind.GLM2D) != (positions.kind is ir.PositionKind.GLM2D):
+            where = self.settings["positions"].loc if "positions" in self.settings else self.settings["pairing"].loc
+            self.fail("C030", "glm2d pairing and glm2d positions go together: the two halves rotate with the "
+                      "two position streams", where,
+                      "use `pairing = glm2d(...)` with `positions = glm2d(...)`")
         if pairing.kind is ir.PairKind.BLOCK and isinstance(angles, ir.ComputedAngles):
             self.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
                       self.settings["pairing"].loc)

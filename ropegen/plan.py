@@ -266,6 +266,13 @@ def ggml_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
     return float(max(f32(0), start)), float(min(f32(n_dims - 1), end))
 
 
+def ggml_theta_scale(base: float, n_dims: int) -> float:
+    """powf(base, -2.0f/n_dims) as glibc computes it: correctly rounded, which numpy's float32
+    power is not (one ulp off for about a tenth of (base, n_dims) pairs)."""
+    exponent = float(np.float32(-2.0) / np.float32(n_dims))
+    return float(np.float32(float(np.float32(base)) ** exponent))
+
+
 def ggml_ramp(low: float, high: float, n: int, ext_factor: float) -> np.ndarray:
     """rope_yarn_ramp(low, high, 2c) * ext_factor in float32, for c < n (ggml's i0/2 == c)."""
     f32 = np.float32
@@ -294,7 +301,7 @@ def _angles(op: ir.RopeOp, n_cols: int) -> AnglesPlan:
     s = a.scaling
     if op.numerics is ir.AngleNumerics.GGML:
         f32 = np.float32
-        theta_scale = float(np.power(f32(a.base), f32(-2.0) / f32(dim), dtype=f32))
+        theta_scale = ggml_theta_scale(a.base, dim)
         if isinstance(s, ir.GgmlYarnScaling):
             fs, ext, attn = s.freq_scale, s.ext_factor, s.attn_factor
             corr = ggml_corr_dims(dim, s.n_ctx_orig, a.base, s.beta_fast, s.beta_slow)

@@ -186,7 +186,8 @@ def _ggml_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None) -
         low, high = _corr_dims(d, s, a.base)
     else:
         fs, ext, attn, low, high = f32(1), f32(0), f32(1), 0.0, 0.0
-    theta_scale = np.power(f32(a.base), f32(-2.0) / f32(d), dtype=f32)
+    # ggml's powf(base, -2.0f/n_dims): the float32 exponent, the power correctly rounded to float32
+    theta_scale = f32(float(f32(a.base)) ** float(f32(-2.0) / f32(d)))
     mscale = attn
     if ext != 0:
         mscale = f32(mscale * (f32(1) + f32(0.1) * np.log(f32(1) / fs, dtype=f32)))

@@ -19,7 +19,7 @@ OUTPUTS = ("dx", )
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
 _BLOCK_TOKENS = 512
 # ggml float32 angle numerics: theta *= theta_scale per pair (a running float32 product)
-_THETA_SCALE = np.float32(0.7498942613601685)
+_THETA_SCALE = np.float32(0.7498942017555237)
 _FREQ_SCALE = np.float32(0.5)
 _MSCALE = np.float32(1.06931471824646)
 # YaRN ramp per pair (corr dims 8.0, 21.0), float32

@@ -20,7 +20,7 @@ OUTPUTS = ("y", )
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
 _BLOCK_TOKENS = 2048
 # ggml float32 angle numerics: theta *= theta_scale per pair (a running float32 product)
-_THETA_SCALE = np.float32(0.663601279258728)
+_THETA_SCALE = np.float32(0.6636012196540833)
 _FREQ_SCALE = np.float32(1.0)
 _MSCALE = np.float32(1.0)
 
