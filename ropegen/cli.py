@@ -86,8 +86,9 @@ def cmd_bench(args) -> int:
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
     if args.backend == "cuda":
-        from .cuda_bench import bench_cuda
+        from .cuda_bench import bench_cuda, format_cuda
         results = bench_cuda(ops, shapes=args.shape, repeats=args.repeats)
+        print(format_cuda(results))
     else:
         from .bench import bench, format_results
         results = bench(ops, backend=args.backend, threads=args.threads, shapes=args.shape,
