@@ -83,6 +83,13 @@ def cmd_import_onnx(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    try:
+        return _bench(args)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _bench(args) -> int:
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
     if args.backend == "cuda":

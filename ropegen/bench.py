@@ -1,0 +1,555 @@
+"""`ropegen bench`: per operator and shape, time (min / median), bytes moved, GB/s and the ratio to a
+plain copy of the same bytes with the same threads, measured in the same run; side by side with the
+NumPy backend and onnxruntime's CPU kernels (an optional dependency) where an ONNX node can
+express the operator. Results are plain dicts, ready for JSON.
+
+The copy yardstick is memcpy of the same bytes (half read, half written) for out-of-place runs and
+an in-place scale x *= s over the same bytes for in-place runs, both built like every C kernel.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from . import __version__, cbuild, ir
+from .api import Operator, Program
+from .plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
+from .backends.c_backend import CHUNK_BYTES
+from .render import render
+
+# sizes for symbols nobody named, by what the symbol stands for (the issue's Llama-3 shapes)
+ROLE_DEFAULTS = {"tokens": 4096, "seq": 4096, "batch": 1, "rows": 8192, "sequences": 1, "free": 4096}
+DEFAULT_SHAPES = ("positions=prefill", "positions=random")
+NUMPY_REPEATS = 3
+
+LLAMA3_SUITE = """
+rope llama3_8b_{dt} {{
+    in q:         {dt}[tokens=T, heads=32, head_dim=128]
+    in k:         {dt}[tokens=T, heads=8, head_dim=128]
+    in positions: i64[T]
+    out q_rot = rotate(q)
+    out k_rot = rotate(k)
+    pairing   = neox
+    positions = positions
+    angles    = computed(base = 500000,
+                         scaling = llama3(factor = 8, low_freq_factor = 1, high_freq_factor = 4,
+                                          original_max_positions = 8192))
+    compute   = f32
+}}
+
+rope llama3_8b_cached_{dt} {{
+    in q:         {dt}[tokens=T, heads=32, head_dim=128]
+    in k:         {dt}[tokens=T, heads=8, head_dim=128]
+    in positions: i64[T]
+    in cos:       f32[P, 64]
+    in sin:       f32[P, 64]
+    out q_rot = rotate(q)
+    out k_rot = rotate(k)
+    pairing   = neox
+    positions = positions
+    angles    = table(cos = cos, sin = sin)
+}}
+
+rmsnorm rmsnorm_4096_{dt} {{
+    in x:     {dt}[N, 4096]
+    in scale: {dt}[4096]
+    out y
+}}
+"""
+
+
+def llama3_suite(dtypes: Iterable[str] = ("f32", "bf16")) -> list[Operator]:
+    """The issue's benchmark set: Llama-3-8B RoPE (cached and computed angles) and RMSNorm [4096, 4096]."""
+    from .api import compile as compile_spec
+    text = "".join(LLAMA3_SUITE.format(dt=dt) for dt in dtypes)
+    return list(compile_spec(text, file="llama3_bench.rope"))
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes and inputs
+
+def parse_shape(shape: str | dict | None) -> dict[str, Any]:
+    """'T=4096,P=8192,positions=prefill' -> {'label', 'sizes', 'positions'} (positions: prefill | random)."""
+    if shape is None:
+        return {"label": "default", "sizes": {}, "positions": "random"}
+    if isinstance(shape, dict):
+        d = dict(shape)
+        d.setdefault("sizes", {})
+        d.setdefault("positions", "random")
+        d.setdefault("label", ",".join(f"{k}={v}" for k, v in d["sizes"].items()) or "default")
+        return d
+    sizes: dict[str, int] = {}
+    positions = "random"
+    for part in (p.strip() for p in str(shape).replace(" ", ",").split(",")):
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"bad shape item '{part}': expected NAME=SIZE, e.g. T=4096")
+        k, v = (s.strip() for s in part.split("=", 1))
+        if k == "positions":
+            if v not in ("prefill", "random"):
+                raise ValueError(f"positions={v}: expected prefill or random")
+            positions = v
+            continue
+        try:
+            sizes[k] = int(v)
+        except ValueError:
+            raise ValueError(f"bad size '{part}': expected NAME=INTEGER") from None
+        if sizes[k] < 0:
+            raise ValueError(f"bad size '{part}': sizes are >= 0")
+    label = str(shape).strip()
+    return {"label": label, "sizes": sizes, "positions": positions}
+
+
+def symbol_roles(op: ir.Operator) -> dict[str, str]:
+    """tokens, seq, batch, rows (table rows), sequences or free, for every symbol of an operator."""
+    roles: dict[str, str] = {}
+    if isinstance(op, ir.RopeOp):
+        for t in op.rotated:
+            for d in t.dims:
+                if isinstance(d.size, str) and d.role is not None:
+                    roles.setdefault(d.size, d.role.value)
+        if isinstance(op.angles, ir.TableAngles) and op.positions.kind is not ir.PositionKind.TOKEN:
+            lead = op.tensor(op.angles.cos).axes[0].size
+            if isinstance(lead, str):
+                roles.setdefault(lead, "rows")
+        if op.sequences:
+            s = op.tensor(op.sequences).axes[0].size
+            if isinstance(s, str):
+                roles.setdefault(s, "sequences")
+    for t in op.inputs:
+        for a in t.axes:
+            for d in a.parts:
+                if isinstance(d.size, str):
+                    roles.setdefault(d.size, "free")
+    return roles
+
+
+def _resolve(t: ir.Tensor, sizes: dict[str, int]) -> tuple[int, ...]:
+    return tuple(sizes[a.size] if isinstance(a.size, str) else int(a.size) for a in t.axes)
+
+
+def bench_inputs(op: Operator, sizes: dict[str, int] | None = None, positions: str = "random",
+                 seed: int = 0) -> dict[str, np.ndarray]:
+    """Valid inputs of benchmark size: every symbol sized from `sizes` or its role's default; positions
+    0..S-1 per sequence ('prefill') or uniform over the table rows ('random', decode-like)."""
+    rng = np.random.default_rng(seed)
+    o = op.ir
+    roles = symbol_roles(o)
+    sz = {s: int((sizes or {}).get(s, ROLE_DEFAULTS[r])) for s, r in roles.items()}
+    out: dict[str, np.ndarray] = {}
+    if isinstance(o, ir.RmsNormOp):
+        for t in o.inputs:
+            out[t.name] = rng.standard_normal(_resolve(t, sz), dtype=np.float32).astype(t.dtype.np_dtype)
+        return out
+    first = o.rotated[0]
+    if first.role_dim(ir.Role.TOKENS) is not None:
+        d = first.role_dim(ir.Role.TOKENS).size
+        B, S = 1, (sz[d] if isinstance(d, str) else d)
+    else:
+        b, s = first.role_dim(ir.Role.BATCH).size, first.role_dim(ir.Role.SEQ).size
+        B, S = (sz[b] if isinstance(b, str) else b), (sz[s] if isinstance(s, str) else s)
+    rows = None
+    if isinstance(o.angles, ir.TableAngles) and o.positions.kind is not ir.PositionKind.TOKEN:
+        lead = o.tensor(o.angles.cos).axes[0].size
+        rows = sz[lead] if isinstance(lead, str) else int(lead)
+    limit = rows if rows is not None else 1 << 20
+    pos = o.positions
+    if o.sequences:
+        t = o.tensor(o.sequences)
+        n = _resolve(t, sz)[0]
+        lens = np.full(n, S // max(n, 1), dtype=np.int64)
+        if n:
+            lens[-1] += S - int(lens.sum())
+        out[o.sequences] = lens.astype(t.dtype.np_dtype)
+    if pos.kind is ir.PositionKind.IDS:
+        t = o.tensor(pos.ids)
+        if positions == "prefill":
+            ids = np.tile(np.arange(S, dtype=np.int64) % max(limit, 1), (B, 1))
+        else:
+            ids = rng.integers(0, max(limit, 1), (B, S))
+        out[pos.ids] = ids.reshape(_resolve(t, sz)).astype(t.dtype.np_dtype)
+    elif pos.kind in (ir.PositionKind.ARANGE, ir.PositionKind.GLM2D):
+        start = 0 if positions == "prefill" or rows is not None else int(rng.integers(0, 1 << 16))
+        if isinstance(pos.start, str):
+            out[pos.start] = np.array(start, dtype=o.tensor(pos.start).dtype.np_dtype)
+        if pos.pad:
+            out[pos.pad] = np.zeros(B, dtype=o.tensor(pos.pad).dtype.np_dtype)
+        if isinstance(pos.first_seqlen, str):
+            out[pos.first_seqlen] = np.array(S, dtype=o.tensor(pos.first_seqlen).dtype.np_dtype)
+    for t in o.inputs:
+        if t.name in out:
+            continue
+        shape = _resolve(t, sz)
+        if isinstance(o.angles, ir.ComputedAngles) and t.name == o.angles.freq_factors:
+            out[t.name] = rng.uniform(1.0, 4.0, shape).astype(t.dtype.np_dtype)
+        elif isinstance(o.angles, ir.TableAngles) and t.name in (o.angles.cos, o.angles.sin):
+            out[t.name] = rng.uniform(-1.0, 1.0, shape).astype(t.dtype.np_dtype)
+        else:
+            out[t.name] = rng.standard_normal(shape, dtype=np.float32).astype(t.dtype.np_dtype)
+    return out
+
+
+def bytes_moved(op: Operator, arrays: dict[str, np.ndarray]) -> int:
+    """Bytes read and written by one call: every input once (cos/sin tables: the rows it gathers) and
+    every output once."""
+    p = op.plan
+    if isinstance(p, RmsNormPlan):
+        x = arrays[p.inputs[0].name]
+        return x.nbytes + arrays[p.inputs[1].name].nbytes + x.size * p.y.itemsize
+    total = 0
+    tables = ()
+    if isinstance(p.angles, TableAnglesPlan):
+        tables = (p.angles.cos, p.angles.sin)
+    ntok = arrays[p.streams[0].src].size // (next(t for t in p.inputs if t.name == p.streams[0].src).heads * p.unit)
+    for name, a in arrays.items():
+        if name in tables and not p.angles.per_token:
+            total += min(a.nbytes, ntok * p.n_streams * a.shape[-1] * a.itemsize)
+        else:
+            total += a.nbytes
+    for s in p.streams:
+        total += arrays[s.src].nbytes
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# the yardstick
+
+class Yardstick:
+    """memcpy and in-place scale, built with the same compiler, flags and OpenMP as the kernels."""
+
+    def __init__(self) -> None:
+        header = f"// Generated by ropegen {__version__}: benchmark yardsticks (no spec).\n"
+        src = render("c/yardstick.c.j2", header=header, flags=" ".join(cbuild.PINNED_FLAGS),
+                     chunk_bytes=CHUNK_BYTES)
+        lib = cbuild.load_library(cbuild.build({"yardstick.c": src}, "yardstick"))
+        self.copy = lib.ropegen_yardstick_copy
+        self.copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+        self.scale = lib.ropegen_yardstick_scale
+        self.scale.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int]
+        self._buffers: dict[tuple[str, int], tuple[np.ndarray, ...]] = {}
+
+    def runner(self, kind: str, nbytes: int, threads: int) -> Callable[[], None]:
+        """A call that moves `nbytes` (read + written) the yardstick way: 'memcpy' or 'scale'."""
+        half = max(4, (nbytes // 2) // 64 * 64)
+        if kind == "memcpy":
+            src = np.ones(half, np.uint8)
+            dst = np.zeros(half, np.uint8)
+            keep = (src, dst)
+            a, b = src.ctypes.data, dst.ctypes.data
+            self._buffers[(kind, nbytes)] = keep
+            return lambda: self.copy(a, b, half, threads)
+        x = np.ones(half // 4, np.float32)
+        self._buffers[(kind, nbytes)] = (x,)
+        ptr = x.ctypes.data
+        return lambda: self.scale(ptr, x.size, 1.0, threads)
+
+
+def _interleaved(fns: list[Callable[[], Any]], repeats: int) -> list[list[float]]:
+    """Run each function once to warm up, then `repeats` rounds of all of them; times per function."""
+    for f in fns:
+        f()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            f()
+            times[i].append(time.perf_counter() - t0)
+    return times
+
+
+def _stats(ts: list[float], nbytes: int) -> dict[str, float]:
+    tmin = min(ts)
+    return {"time_min_s": tmin, "time_median_s": float(np.median(ts)), "gbps": nbytes / tmin / 1e9}
+
+
+# ---------------------------------------------------------------------------------------------
+# peers
+
+def _numpy_peer(op: Operator, args: list[np.ndarray], nbytes: int, repeats: int) -> dict[str, Any]:
+    try:
+        ts = _interleaved([lambda: op.run(*args, backend="numpy")], max(1, min(repeats, NUMPY_REPEATS)))[0]
+    except Exception as exc:  # a peer failing is reported, not raised
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return _stats(ts, nbytes)
+
+
+def _onnx_rope_layout(o: ir.RopeOp, name: str) -> tuple[str, int] | None:
+    """How a rotated tensor is shown to ONNX: ('3d', num_heads) or ('4d', 0), or None."""
+    t = o.tensor(name)
+    roles = [d.role for d in t.dims]
+    heads = int(t.role_dim(ir.Role.HEADS).size)
+    if roles == [ir.Role.TOKENS, ir.Role.HEADS, ir.Role.HEAD_DIM]:
+        return ("3d", heads)
+    if roles == [ir.Role.BATCH, ir.Role.SEQ, ir.Role.HEADS, ir.Role.HEAD_DIM]:
+        return ("3d", heads)
+    if roles == [ir.Role.BATCH, ir.Role.HEADS, ir.Role.SEQ, ir.Role.HEAD_DIM]:
+        return ("4d", 0)
+    return None
+
+
+def onnx_peer_model(op: Operator, arrays: dict[str, np.ndarray]):
+    """(ModelProto, feeds, output arrays) running the operator as ONNX opset-23 nodes, or a reason why not."""
+    try:
+        import onnx
+        from onnx import helper
+    except ImportError:
+        return "onnx is not installed"
+    from onnx.helper import np_dtype_to_tensor_dtype
+    o, p = op.ir, op.plan
+    nodes, inputs, outputs, feeds, outs = [], [], [], {}, {}
+
+    def tensor_info(name: str, a: np.ndarray):
+        return helper.make_tensor_value_info(name, np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+
+    if isinstance(p, RmsNormPlan):
+        x, s = (arrays[t.name] for t in p.inputs)
+        y = np.empty(x.shape, dtype=p.y.np_dtype)
+        stash = 1 if p.stash.name == "f32" else 11
+        nodes.append(helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=p.axis,
+                                      epsilon=p.epsilon, stash_type=stash))
+        feeds = {"x": x, "scale": s}
+        outs = {"y": y}
+    else:
+        if o.pairing.kind not in (ir.PairKind.NEOX, ir.PairKind.GPTJ):
+            return f"pairing {o.pairing.kind.value} has no ONNX RotaryEmbedding form"
+        if o.direction is ir.Direction.BACKWARD:
+            return "ONNX RotaryEmbedding rotates forward only"
+        if o.positions.kind not in (ir.PositionKind.IDS, ir.PositionKind.TOKEN):
+            return f"positions {o.positions.kind.value} have no ONNX form"
+        if any(not s.rotate for s in p.streams):
+            return "copy outputs have no ONNX RotaryEmbedding form"
+        half = p.rotary_dim // 2
+        if isinstance(p.angles, TableAnglesPlan):
+            cos = np.ascontiguousarray(arrays[p.angles.cos][..., :half])
+            sin = np.ascontiguousarray(arrays[p.angles.sin][..., :half])
+        else:   # computed in the kernel: onnxruntime gets the equivalent float32 cache instead
+            from .reference import _ggml_cos_sin, inverse_frequencies
+            ids = arrays[o.positions.ids]
+            rows = int(ids.max()) + 1 if ids.size else 1
+            prow = np.arange(rows)
+            if isinstance(p.angles, GgmlAngles):
+                if p.angles.freq_factors:
+                    return "freq_factors have no ONNX form"
+                c, s_ = _ggml_cos_sin(o, prow, half, None)
+            else:
+                assert isinstance(p.angles, ExactAngles)
+                if p.angles.freq_factors:
+                    return "freq_factors have no ONNX form"
+                inv, mag = inverse_frequencies(o, half)
+                th = prow[:, None] * inv
+                c, s_ = np.cos(th) * mag, np.sin(th) * mag
+            cos, sin = c, s_
+        x0 = arrays[p.streams[0].src]
+        cos = cos.astype(x0.dtype)
+        sin = sin.astype(x0.dtype)
+        feeds["cos_cache"], feeds["sin_cache"] = cos, sin
+        pos_name = ""
+        if o.positions.kind is ir.PositionKind.IDS:
+            ids = arrays[o.positions.ids].astype(np.int64)
+            lay = _onnx_rope_layout(o, p.streams[0].src)
+            batch = 1 if p.token_layout == "t" else ids.shape[0]
+            feeds["position_ids"] = ids.reshape(batch, -1)
+            pos_name = "position_ids"
+        for s in p.streams:
+            lay = _onnx_rope_layout(o, s.src)
+            if lay is None:
+                return f"the layout of {s.src} has no ONNX form"
+            a = arrays[s.src]
+            if lay[0] == "3d":
+                batch = 1 if p.token_layout == "t" else a.shape[0]
+                a = a.reshape(batch, -1, lay[1] * p.head_dim)
+            attrs = {"interleaved": int(o.pairing.kind is ir.PairKind.GPTJ)}
+            if lay[0] == "3d":
+                attrs["num_heads"] = lay[1]
+            if p.rotary_dim != p.head_dim:
+                attrs["rotary_embedding_dim"] = p.rotary_dim
+            nodes.append(helper.make_node("RotaryEmbedding", [f"x_{s.src}", "cos_cache", "sin_cache", pos_name],
+                                          [f"y_{s.out}"], **attrs))
+            feeds[f"x_{s.src}"] = a
+            outs[f"y_{s.out}"] = np.empty(a.shape, a.dtype)
+    for n, a in feeds.items():
+        inputs.append(tensor_info(n, a))
+    for n, a in outs.items():
+        outputs.append(tensor_info(n, a))
+    model = helper.make_model(helper.make_graph(nodes, op.name, inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 11
+    onnx.checker.check_model(model)
+    return model, feeds, outs
+
+
+def _onnxruntime_peer(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: int,
+                      repeats: int) -> dict[str, Any]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"error": "onnxruntime is not installed (pip install onnxruntime)"}
+    try:
+        built = onnx_peer_model(op, arrays)
+        if isinstance(built, str):
+            return {"error": built}
+        model, feeds, outs = built
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        io = sess.io_binding()
+        for n, a in feeds.items():
+            io.bind_cpu_input(n, np.ascontiguousarray(a))
+        for n, a in outs.items():
+            io.bind_output(n, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+        ts = _interleaved([lambda: sess.run_with_iobinding(io)], repeats)[0]
+    except Exception as exc:  # onnxruntime lacking a kernel (e.g. bf16) is a result, not a crash
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    return _stats(ts, nbytes)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def bench(program_or_ops: Program | Iterable[Operator], backend: str = "c", threads: int | None = None,
+          shapes: Iterable[str | dict] | None = None, repeats: int = 20,
+          peers: Iterable[str] = ("numpy", "onnxruntime"), inplace: bool | None = None) -> list[dict[str, Any]]:
+    """Measure every operator at every shape; one dict per operator, shape and mode.
+
+    backend: "c" (default) or "numpy". threads: C / onnxruntime threads (default: the cores
+    available). shapes: strings like "T=4096,P=8192,positions=prefill" (default: the Llama-3
+    prefill-like and decode-like shapes, T=4096). inplace: rope in place only (True), out of place
+    only (False) or both (None).
+    """
+    ops = list(program_or_ops)
+    if backend not in ("c", "numpy"):
+        raise ValueError(f"bench measures the c or numpy backend, not '{backend}'")
+    if threads is None:
+        threads = cbuild.default_threads()
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
+    repeats = max(1, int(repeats))
+    parsed = [parse_shape(s) for s in (shapes or DEFAULT_SHAPES)]
+    peers = tuple(peers)
+    known = {sym for op in ops for sym in symbol_roles(op.ir)}
+    for shape in parsed:
+        unknown = set(shape["sizes"]) - known
+        if unknown:
+            raise ValueError(f"shape '{shape['label']}' sizes {', '.join(sorted(unknown))}, which no operator "
+                             f"has; symbols: {', '.join(sorted(known)) or 'none'}")
+    yard = Yardstick()
+    results: list[dict[str, Any]] = []
+    for op in ops:
+        for shape in parsed:
+            arrays = bench_inputs(op, shape["sizes"], shape["positions"])
+            args = [arrays[n] for n in op.inputs]
+            nbytes = bytes_moved(op, arrays)
+            sizes = {s: int(v) for s, v in _symbol_sizes(op, arrays).items()}
+            modes = ["out_of_place"]
+            if op.kind == "rope" and backend == "c":
+                modes = {None: ["out_of_place", "in_place"], True: ["in_place"], False: ["out_of_place"]}[inplace]
+            for mode in modes:
+                rec: dict[str, Any] = {
+                    "operator": op.name, "kind": op.kind, "spec": op.spec.file, "backend": backend,
+                    "threads": threads if backend == "c" else 1, "shape": shape["label"], "sizes": sizes,
+                    "positions": shape["positions"] if op.kind == "rope" else None, "mode": mode,
+                    "dtype": _dtype_label(op), "bytes": nbytes, "repeats": repeats,
+                }
+                run = _runner(op, args, backend, threads, mode)
+                ykind = "scale" if mode == "in_place" else "memcpy"
+                ystick = yard.runner(ykind, nbytes, threads)
+                t_op, t_y = _interleaved([run, ystick], repeats)
+                rec.update(_stats(t_op, nbytes))
+                rec["yardstick"] = {"kind": ykind, **_stats(t_y, nbytes)}
+                rec["ratio_to_copy"] = min(t_y) / min(t_op)
+                rec["peers"] = {}
+                if mode == "out_of_place":
+                    if "numpy" in peers and backend != "numpy":
+                        rec["peers"]["numpy"] = _numpy_peer(op, args, nbytes, repeats)
+                    if "onnxruntime" in peers:
+                        rec["peers"]["onnxruntime"] = _onnxruntime_peer(op, arrays, nbytes, threads, repeats)
+                    for peer in rec["peers"].values():
+                        if "time_min_s" in peer:
+                            peer["speedup"] = peer["time_min_s"] / rec["time_min_s"]
+                results.append(rec)
+    return results
+
+
+def _symbol_sizes(op: Operator, arrays: dict[str, np.ndarray]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in op.ir.inputs:
+        for a, n in zip(t.axes, arrays[t.name].shape):
+            if isinstance(a.size, str):
+                out.setdefault(a.size, n)
+    return out
+
+
+def _dtype_label(op: Operator) -> str:
+    p = op.plan
+    if isinstance(p, RmsNormPlan):
+        return p.x.name if p.x == p.y else f"{p.x.name}->{p.y.name}"
+    angles = "cache" if isinstance(p.angles, TableAnglesPlan) else "computed"
+    return f"{p.storage.name} ({angles})"
+
+
+def _runner(op: Operator, args: list[np.ndarray], backend: str, threads: int, mode: str) -> Callable[[], Any]:
+    if backend == "numpy":
+        return lambda: op.run(*args, backend="numpy")
+    kern = op.kernel("c")
+    if mode == "in_place":
+        work = [np.array(a, copy=True) for a in args]
+        bound = kern.bind(*work, threads=threads, inplace=True)
+    else:
+        if isinstance(op.plan, RopePlan):
+            out = tuple(np.zeros_like(args[op.inputs.index(s.src)]) for s in op.plan.streams)
+        else:
+            out = np.zeros(args[0].shape, dtype=op.plan.y.np_dtype)
+        bound = kern.bind(*args, threads=threads, out=out)
+    func, values = kern.func, bound.values
+    keep = bound   # the arrays stay alive with the closure
+
+    def run() -> None:
+        status = func(*values)
+        if status:
+            kern.raise_status(status, keep.given)
+    return run
+
+
+def _fmt_peer(rec: dict[str, Any], name: str) -> str:
+    peer = rec["peers"].get(name)
+    if peer is None:
+        return "-"
+    if "error" in peer:
+        return "n/a"
+    return f"{peer['gbps']:.1f} ({peer['speedup']:.1f}x)"
+
+
+def format_results(results: list[dict[str, Any]]) -> str:
+    """A table: one line per operator, shape and mode; peers as GB/s (how many times slower)."""
+    head = ("operator", "dtype", "shape", "mode", "thr", "min ms", "med ms", "MB", "GB/s", "copy GB/s",
+            "ratio", "numpy", "onnxruntime")
+    rows = []
+    for r in results:
+        rows.append((r["operator"], r["dtype"], r["shape"], r["mode"].replace("_", " "), str(r["threads"]),
+                     f"{r['time_min_s'] * 1e3:.2f}", f"{r['time_median_s'] * 1e3:.2f}",
+                     f"{r['bytes'] / 1e6:.1f}", f"{r['gbps']:.1f}",
+                     f"{r['yardstick']['gbps']:.1f} {'cp' if r['yardstick']['kind'] == 'memcpy' else 'sc'}",
+                     f"{r['ratio_to_copy']:.2f}", _fmt_peer(r, "numpy"), _fmt_peer(r, "onnxruntime")))
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    notes = sorted({f"{name}: {peer['error']}" for r in results for name, peer in r["peers"].items()
+                    if "error" in peer})
+    if notes:
+        lines.append("")
+        lines.append("peer notes (n/a):")
+        lines += [f"  {n}" for n in notes]
+    lines.append("")
+    lines.append("GB/s = bytes read + written / min time; copy = memcpy (out of place) or in-place scale (sc) of the "
+                 "same bytes with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of "
+                 "ropegen over them).")
+    return "\n".join(lines)
+
+
+__all__ = ["bench", "format_results", "llama3_suite", "bench_inputs", "bytes_moved", "parse_shape"]

@@ -1,0 +1,101 @@
+"""ropegen.bench: the numbers it reports are well-formed and JSON-ready (no timing is asserted), its
+inputs are valid at benchmark sizes, and its onnxruntime peers compute the same operator."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ropegen
+from ropegen import bench as B
+from ropegen.backends.c_backend import CBackend
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(CBackend().unavailable() is not None, reason="no C compiler")
+
+
+def _op(spec: str, name: str):
+    return ropegen.compile(ROOT / "examples" / spec)[name]
+
+
+def test_parse_shape():
+    assert B.parse_shape("T=16, P=32,positions=prefill") == {"label": "T=16, P=32,positions=prefill",
+                                                             "sizes": {"T": 16, "P": 32}, "positions": "prefill"}
+    assert B.parse_shape({"sizes": {"T": 3}})["positions"] == "random"
+    for bad in ("T", "T=x", "T=-1", "positions=sideways"):
+        with pytest.raises(ValueError):
+            B.parse_shape(bad)
+
+
+def test_bench_rejects_sizes_no_operator_has():
+    with pytest.raises(ValueError, match="no operator has"):
+        B.bench([_op("llama3.rope", "llama3_8b")], shapes=["Q=4"], repeats=1, peers=())
+
+
+@pytest.mark.parametrize("positions", ["prefill", "random"])
+def test_bench_inputs_are_valid_for_every_example(positions):
+    for path in sorted((ROOT / "examples").glob("*.rope")):
+        for op in ropegen.compile(path):
+            sizes = {s: 8 for s in B.symbol_roles(op.ir)}
+            sizes.update({s: 1 for s, r in B.symbol_roles(op.ir).items() if r in ("batch", "sequences")})
+            arrays = B.bench_inputs(op, sizes, positions)
+            op.run_all(*[arrays[n] for n in op.inputs], backend="c")    # raises on an invalid input
+            assert B.bytes_moved(op, arrays) > 0
+
+
+def test_bytes_moved_llama3_cached():
+    op = _op("llama3.rope", "llama3_8b_cached")
+    arrays = B.bench_inputs(op, {"T": 4, "P": 100})
+    qk = 4 * 40 * 128 * 2
+    assert B.bytes_moved(op, arrays) == 2 * qk + 4 * 8 + 2 * 4 * 64 * 4
+
+
+def test_bench_results_are_json_ready_and_formatted():
+    ops = [_op("llama3.rope", "llama3_8b"), _op("onnx_rmsnorm.rope", "rms_mixed_types")]
+    results = B.bench(ops, threads=1, shapes=["T=8,positions=prefill"], repeats=2)
+    assert [(r["operator"], r["mode"]) for r in results] == [
+        ("llama3_8b", "out_of_place"), ("llama3_8b", "in_place"), ("rms_mixed_types", "out_of_place")]
+    for r in results:
+        assert r["time_min_s"] > 0 and r["time_median_s"] >= r["time_min_s"] and r["bytes"] > 0
+        assert r["gbps"] == pytest.approx(r["bytes"] / r["time_min_s"] / 1e9)
+        assert r["yardstick"]["kind"] == ("scale" if r["mode"] == "in_place" else "memcpy")
+        assert r["ratio_to_copy"] == pytest.approx(r["yardstick"]["time_min_s"] / r["time_min_s"])
+        assert r["sizes"]["T"] == 8
+    assert "numpy" in results[0]["peers"] and "time_min_s" in results[0]["peers"]["numpy"]
+    json.loads(json.dumps(results))
+    text = B.format_results(results)
+    assert "llama3_8b" in text and "rms_mixed_types" in text and "ratio" in text
+
+
+def test_numpy_backend_can_be_benched():
+    r = B.bench([_op("onnx_rotary.rope", "onnx_rope_3d")], backend="numpy", shapes=["B=1,S=4,P=8"], repeats=1,
+                peers=())
+    assert len(r) == 1 and r[0]["backend"] == "numpy" and r[0]["peers"] == {}
+
+
+def test_llama3_suite_has_the_issue_operators():
+    names = [op.name for op in B.llama3_suite()]
+    assert names == ["llama3_8b_f32", "llama3_8b_cached_f32", "rmsnorm_4096_f32",
+                     "llama3_8b_bf16", "llama3_8b_cached_bf16", "rmsnorm_4096_bf16"]
+
+
+@pytest.mark.parametrize("spec,name", [("onnx_rotary.rope", "onnx_rope_3d"), ("onnx_rotary.rope", "onnx_rope_4d"),
+                                       ("onnx_rotary.rope", "onnx_rope_partial_interleaved"),
+                                       ("onnx_rotary.rope", "onnx_rope_no_position_ids"),
+                                       ("onnx_rmsnorm.rope", "rms_axis_negative_broadcast"),
+                                       ("llama3.rope", "llama3_8b")])
+def test_onnxruntime_peer_computes_the_same_operator(spec, name):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    op = _op(spec, name)
+    if op.kind == "rope" and op.plan.storage.name == "bf16":       # onnxruntime has no bf16 kernel: f32 copy
+        op = ropegen.compile((ROOT / "examples" / spec).read_text().replace("bf16", "f32"))[name]
+    arrays = B.bench_inputs(op, {s: 3 for s in B.symbol_roles(op.ir)} | {"P": 40, "T": 5})
+    model, feeds, outs = B.onnx_peer_model(op, arrays)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(list(outs), feeds)
+    want = op.run_all(*[arrays[n] for n in op.inputs], backend="c")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.reshape(w.shape), w, rtol=2e-5, atol=2e-5)
