@@ -92,6 +92,11 @@ def cmd_bench(args) -> int:
 def _bench(args) -> int:
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
+    if args.suite == "llama3":
+        from .bench import llama3_suite
+        ops += llama3_suite()
+    if not ops:
+        raise UserError("nothing to measure: give SPEC files or --suite llama3")
     if args.backend == "cuda":
         from .cuda_bench import bench_cuda, format_cuda
         results = bench_cuda(ops, shapes=args.shape, repeats=args.repeats)
@@ -141,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_import_onnx)
 
     p = sub.add_parser("bench", help="measure time, bytes moved, GB/s and the ratio to a copy of the same bytes")
-    p.add_argument("spec", nargs="+", metavar="SPEC")
+    p.add_argument("spec", nargs="*", metavar="SPEC")
+    p.add_argument("--suite", choices=("llama3",), default=None,
+                   help="add a built-in set: llama3 = Llama-3-8B RoPE (f32, bf16; cache and computed) "
+                        "and RMSNorm [4096, 4096]")
     p.add_argument("--backend", default="c", help="c (default), numpy or cuda")
     p.add_argument("--threads", type=int, default=None, help="threads for the C backend (default: all cores)")
     p.add_argument("--shape", action="append", default=None,
