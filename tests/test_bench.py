@@ -1,5 +1,5 @@
 """ropegen.bench: the numbers it reports are well-formed and JSON-ready (no timing is asserted), its
-inputs are valid at benchmark sizes, and its onnxruntime peers compute the same operator."""
+inputs are valid at benchmark sizes, and its onnxruntime and ggml peers compute the same operator."""
 from __future__ import annotations
 
 import json
@@ -99,3 +99,50 @@ def test_onnxruntime_peer_computes_the_same_operator(spec, name):
     want = op.run_all(*[arrays[n] for n in op.inputs], backend="c")
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.reshape(w.shape), w, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("spec,name", [("ggml_rope.rope", "ggml_normal"), ("ggml_rope.rope", "ggml_neox_partial"),
+                                       ("ggml_rope.rope", "ggml_neox_yarn"), ("ggml_rope.rope", "ggml_freq_factors"),
+                                       ("ggml_rope.rope", "ggml_backward"), ("ggml_rope.rope", "ggml_neox_yarn_exact"),
+                                       ("llama3.rope", "llama3_8b")])
+def test_ggml_peer_computes_the_same_operator(spec, name):
+    pytest.importorskip("ggml")
+    op = _op(spec, name)
+    if op.plan.storage.name == "bf16":              # ggml's rope has f32 and f16 kernels only: an f32 copy
+        op = ropegen.compile((ROOT / "examples" / spec).read_text().replace("bf16", "f32"))[name]
+    arrays = B.bench_inputs(op, {"T": 6})
+    ids = op.ir.positions.ids
+    # small positions: ggml's float32 running-product angles stay within ~1e-5 of exact ones
+    arrays[ids] = np.random.default_rng(1).integers(0, 64, arrays[ids].shape).astype(arrays[ids].dtype)
+    graph = B.ggml_peer_graph(op, arrays, threads=2)
+    assert not isinstance(graph, str), graph
+    try:
+        graph.compute()
+        got = list(graph.outs.values())
+    finally:
+        graph.close()
+    want = op.run_all(*[arrays[n] for n in op.inputs], backend="c")
+    exact = op.ir.numerics.value == "exact"
+    for g, w in zip(got, want):
+        w = np.asarray(w, dtype=np.float64).reshape(g.shape)
+        tol = (1e-3 if g.dtype == np.float16 else 2e-5 if exact else 1e-6) * float(np.max(np.abs(w)))
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=0, atol=tol)
+
+
+def test_ggml_peer_says_why_not():
+    pytest.importorskip("ggml")
+    cached = _op("llama3.rope", "llama3_8b_cached")
+    assert "cos/sin table" in B.ggml_peer_graph(cached, B.bench_inputs(cached, {"T": 2, "P": 4}))
+    bf16 = _op("llama3.rope", "llama3_8b")
+    assert "bf16" in B.ggml_peer_graph(bf16, B.bench_inputs(bf16, {"T": 2}))
+    rms = _op("onnx_rmsnorm.rope", "rms_last_axis")
+    assert "RoPE only" in B.ggml_peer_graph(rms, B.bench_inputs(rms, {s: 2 for s in B.symbol_roles(rms.ir)}))
+
+
+def test_ggml_peer_in_bench_results():
+    pytest.importorskip("ggml")
+    op = ropegen.compile((ROOT / "examples" / "llama3.rope").read_text().replace("bf16", "f32"))["llama3_8b"]
+    r = B.bench([op], threads=1, shapes=["T=8,positions=prefill"], repeats=2, peers=("ggml",), inplace=False)
+    peer = r[0]["peers"]["ggml"]
+    assert peer["time_min_s"] > 0 and "ggml_rope_ext" in peer["note"] and peer["max_rel_diff"] < 1e-4
+    assert "ggml" in B.format_results(r)

@@ -20,7 +20,7 @@ INPUTS = ("q", "k", "cos", "sin", "seqlen", )
 OUTPUTS = ("rope_q", "rope_k", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 2048
+_BLOCK_TOKENS = 640
 
 
 def _take(sym, name, a, dtype, dims):

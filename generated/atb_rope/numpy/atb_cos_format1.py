@@ -20,7 +20,7 @@ INPUTS = ("q", "k", "cos", "sin", "seqlen", )
 OUTPUTS = ("rope_q", "rope_k", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 1365
+_BLOCK_TOKENS = 426
 
 
 def _take(sym, name, a, dtype, dims):
@@ -78,7 +78,7 @@ def run(q, k, cos, sin, seqlen, *, check=True):
     streams = _positions(t_seqlen, B, S)
     rows = t_cos.shape[0]
     if check:
-        for k, pk in enumerate(streams):
+        for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")

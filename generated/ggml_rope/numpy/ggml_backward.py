@@ -17,7 +17,7 @@ INPUTS = ("dy", "pos", )
 OUTPUTS = ("dx", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 512
+_BLOCK_TOKENS = 160
 # ggml float32 angle numerics: theta *= theta_scale per pair (a running float32 product)
 _THETA_SCALE = np.float32(0.7498942017555237)
 _FREQ_SCALE = np.float32(0.5)
@@ -79,7 +79,12 @@ def run(dy, pos, *, check=True):
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1
-    tmp_dx_0 = np.empty((min(bb, B), sb) + x_dx.shape[2:4] + (64,), dtype=o_dx.dtype)
+    # block 0's [c, c] and [-s, s] spread over every head, so the big multiplies run on
+    # contiguous memory instead of re-broadcasting a short row per head
+    full = (min(bb, B), sb, 8, 1, 64)
+    cc0_buf = np.empty(full, dtype=o_dx.dtype)
+    ss0_buf = np.empty(full, dtype=o_dx.dtype)
+    tmp0_buf = np.empty(full, dtype=o_dx.dtype)
     for b0 in range(0, B, bb):
         b1 = min(B, b0 + bb)
         for s0 in range(0, S, sb):
@@ -95,15 +100,22 @@ def run(dy, pos, *, check=True):
             sin0 = -sin0
             # block 0: pairs (0 + 1j, 32 + 1j), j < 32, position stream 0
             # rotate_half form: y = x * [c, c] + [x_b, x_a] * [-s, s]
-            cc0 = np.concatenate((cos0[..., 0:32], cos0[..., 0:32]), axis=-1)[:, :, None, None, :]
-            ss0 = np.concatenate((-sin0[..., 0:32], sin0[..., 0:32]), axis=-1)[:, :, None, None, :]
+            c = cos0[:, :, None, None, 0:32]
+            s = sin0[:, :, None, None, 0:32]
+            cc0 = cc0_buf[:b1 - b0, :s1 - s0]
+            ss0 = ss0_buf[:b1 - b0, :s1 - s0]
+            cc0[..., :32] = c
+            cc0[..., 32:] = c
+            np.negative(s, out=ss0[..., :32])
+            ss0[..., 32:] = s
             x = x_dx[b0:b1, s0:s1]
             y = y_dx[b0:b1, s0:s1]
             xs = x[..., 0:64]
             ys = y[..., 0:64]
-            tmp = tmp_dx_0[:b1 - b0, :s1 - s0]
-            np.multiply(xs, cc0, out=ys)
-            np.multiply(xs[..., 32:], ss0[..., :32], out=tmp[..., :32])
-            np.multiply(xs[..., :32], ss0[..., 32:], out=tmp[..., 32:])
+            h = x.shape[2]
+            tmp = tmp0_buf[:b1 - b0, :s1 - s0, :h]
+            np.multiply(xs, cc0[:, :, :h], out=ys)
+            np.multiply(xs[..., 32:], ss0[:, :, :h, :, :32], out=tmp[..., :32])
+            np.multiply(xs[..., :32], ss0[:, :, :h, :, 32:], out=tmp[..., 32:])
             np.add(ys, tmp, out=ys)
     return (o_dx, )

@@ -18,7 +18,7 @@ INPUTS = ("x", "pos", "ff", )
 OUTPUTS = ("y", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 2048
+_BLOCK_TOKENS = 640
 # ggml float32 angle numerics: theta *= theta_scale per pair (a running float32 product)
 _THETA_SCALE = np.float32(0.6636012196540833)
 _FREQ_SCALE = np.float32(1.0)

@@ -17,7 +17,7 @@ INPUTS = ("x", "pos", )
 OUTPUTS = ("y", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 512
+_BLOCK_TOKENS = 160
 # ggml float32 angle numerics: theta *= theta_scale per pair (a running float32 product)
 _THETA_SCALE = np.float32(0.5623413324356079)
 _FREQ_SCALE = np.float32(1.0)
@@ -77,7 +77,12 @@ def run(x, pos, *, check=True):
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1
-    tmp_y_0 = np.empty((min(bb, B), sb) + x_y.shape[2:4] + (32,), dtype=o_y.dtype)
+    # block 0's [c, c] and [-s, s] spread over every head, so the big multiplies run on
+    # contiguous memory instead of re-broadcasting a short row per head
+    full = (min(bb, B), sb, 8, 1, 32)
+    cc0_buf = np.empty(full, dtype=o_y.dtype)
+    ss0_buf = np.empty(full, dtype=o_y.dtype)
+    tmp0_buf = np.empty(full, dtype=o_y.dtype)
     for b0 in range(0, B, bb):
         b1 = min(B, b0 + bb)
         for s0 in range(0, S, sb):
@@ -92,15 +97,22 @@ def run(x, pos, *, check=True):
             sin0 = (np.sin(theta) * _MSCALE).astype(np.float32)
             # block 0: pairs (0 + 1j, 16 + 1j), j < 16, position stream 0
             # rotate_half form: y = x * [c, c] + [x_b, x_a] * [-s, s]
-            cc0 = np.concatenate((cos0[..., 0:16], cos0[..., 0:16]), axis=-1)[:, :, None, None, :]
-            ss0 = np.concatenate((-sin0[..., 0:16], sin0[..., 0:16]), axis=-1)[:, :, None, None, :]
+            c = cos0[:, :, None, None, 0:16]
+            s = sin0[:, :, None, None, 0:16]
+            cc0 = cc0_buf[:b1 - b0, :s1 - s0]
+            ss0 = ss0_buf[:b1 - b0, :s1 - s0]
+            cc0[..., :16] = c
+            cc0[..., 16:] = c
+            np.negative(s, out=ss0[..., :16])
+            ss0[..., 16:] = s
             x = x_y[b0:b1, s0:s1]
             y = y_y[b0:b1, s0:s1]
             xs = x[..., 0:32]
             ys = y[..., 0:32]
-            tmp = tmp_y_0[:b1 - b0, :s1 - s0]
-            np.multiply(xs, cc0, out=ys)
-            np.multiply(xs[..., 16:], ss0[..., :16], out=tmp[..., :16])
-            np.multiply(xs[..., :16], ss0[..., 16:], out=tmp[..., 16:])
+            h = x.shape[2]
+            tmp = tmp0_buf[:b1 - b0, :s1 - s0, :h]
+            np.multiply(xs, cc0[:, :, :h], out=ys)
+            np.multiply(xs[..., 16:], ss0[:, :, :h, :, :16], out=tmp[..., :16])
+            np.multiply(xs[..., :16], ss0[:, :, :h, :, 16:], out=tmp[..., 16:])
             np.add(ys, tmp, out=ys)
     return (o_y, )

@@ -17,7 +17,7 @@ INPUTS = ("x", "pos", )
 OUTPUTS = ("y", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 512
+_BLOCK_TOKENS = 160
 # ggml float32 angle numerics: theta *= theta_scale per pair (a running float32 product)
 _THETA_SCALE = np.float32(0.7498942017555237)
 _FREQ_SCALE = np.float32(1.0)

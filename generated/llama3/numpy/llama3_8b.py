@@ -18,7 +18,7 @@ INPUTS = ("q", "k", "positions", )
 OUTPUTS = ("q_rot", "k_rot", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 102
+_BLOCK_TOKENS = 32
 # theta[c] = position * _INV_FREQ[c], evaluated in float64
 _INV_FREQ = np.array([
     1.0,

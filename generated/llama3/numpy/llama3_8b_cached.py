@@ -20,7 +20,7 @@ INPUTS = ("q", "k", "positions", "cos", "sin", )
 OUTPUTS = ("q_rot", "k_rot", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 102
+_BLOCK_TOKENS = 32
 
 
 def _take(sym, name, a, dtype, dims):
@@ -74,7 +74,7 @@ def run(q, k, positions, cos, sin, *, check=True):
     streams = _positions(t_positions, B, S)
     rows = t_cos.shape[0]
     if check:
-        for k, pk in enumerate(streams):
+        for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")

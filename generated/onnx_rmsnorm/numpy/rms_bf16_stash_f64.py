@@ -15,7 +15,7 @@ INPUTS = ("x", "scale")
 OUTPUTS = ("y",)
 _N = 128
 _EPSILON = 1e-06
-_ROWS_PER_STEP = 1024
+_ROWS_PER_STEP = 320
 
 
 def _take(sym, name, a, dtype, dims):

@@ -15,7 +15,7 @@ INPUTS = ("x", "scale")
 OUTPUTS = ("y",)
 _N = 64
 _EPSILON = 1e-05
-_ROWS_PER_STEP = 2048
+_ROWS_PER_STEP = 640
 
 
 def _take(sym, name, a, dtype, dims):

@@ -19,7 +19,7 @@ INPUTS = ("x", "cos_cache", "sin_cache", "position_ids", )
 OUTPUTS = ("y", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 16384
+_BLOCK_TOKENS = 5120
 
 
 def _take(sym, name, a, dtype, dims):
@@ -71,7 +71,7 @@ def run(x, cos_cache, sin_cache, position_ids, *, check=True):
     streams = _positions(t_position_ids, B, S)
     rows = t_cos_cache.shape[0]
     if check:
-        for k, pk in enumerate(streams):
+        for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")

@@ -20,7 +20,7 @@ INPUTS = ("query", "key", "start_pos", "pad_len", "first_seqlen", )
 OUTPUTS = ("rotated_query", "rotated_key", )
 
 # Tokens processed per step: keeps a step's operands in cache (chosen by ropegen's planner).
-_BLOCK_TOKENS = 512
+_BLOCK_TOKENS = 160
 # theta[c] = position * _INV_FREQ[c], evaluated in float64
 _INV_FREQ = np.array([
     1.0,
