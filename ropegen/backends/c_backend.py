@@ -274,6 +274,14 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     stash = p.stash.name
     product = rms_product_name(p)
     lanes = 8 if stash == "f64" else 16
+    # the fast row path (see rmsnorm.c.j2): bf16 roundings without their NaN select, where the
+    # rounding is rg_f32_to_bf16 of a float (stash / product f32)
+    norm_fast = ("return rg_bits_f32(rg_rms_bf16_carry(v) & 0xffff0000u);"
+                 if (p.x.name, stash, product) == ("bf16", "f32", "f32")
+                 else f"return rg_load_{p.x.name}_{product}(rg_store_{stash}_{p.x.name}(v));")
+    y_fast = ("return (uint16_t)(rg_rms_bf16_carry(v) >> 16);" if (p.y.name, product) == ("bf16", "f32")
+              else f"return rg_store_{product}_{p.y.name}(v);")
+    fast = "rg_rms_bf16_carry" in norm_fast + y_fast
     padded = (1,) * (len(p.norm_shape) - len(p.scale_shape)) + p.scale_shape
     stash_eps = float(np.asarray(p.epsilon, dtype=p.stash.np_dtype))
     full_scale = all(st != 0 for st in p.scale_strides) and padded == p.norm_shape
@@ -287,7 +295,7 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         store_y=f"rg_store_{product}_{p.y.name}",
         epsilon=(c_double(stash_eps) if stash == "f64" else c_float(stash_eps)),
         n_literal=(c_double(float(p.norm_size)) if stash == "f64" else c_float(float(p.norm_size))),
-        rows_expr=rows_expr, lanes=lanes, block=lanes * 16, sqrt_fn="sqrt" if stash == "f64" else "sqrtf", symbol_params=[q for q in params if q.kind == "dim"],
+        rows_expr=rows_expr, lanes=lanes, block=lanes * 64, fast=fast, norm_fast=norm_fast, y_fast=y_fast, sqrt_fn="sqrt" if stash == "f64" else "sqrtf", symbol_params=[q for q in params if q.kind == "dim"],
         threads=params[-1].c_name, full_scale=full_scale,
         chunk_rows=max(1, CHUNK_BYTES // max(1, p.norm_size * p.x.itemsize)),
         stream_min_rows=_stream_min(p.y, p.norm_size * p.y.itemsize),

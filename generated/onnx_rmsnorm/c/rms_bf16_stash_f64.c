@@ -207,52 +207,89 @@ static inline void rg_stream_fence(void) {}
 #endif
 
 #define RG_N 128            /* elements per normalized row */
-#define RG_LANES 8           /* independent partial sums (vector lanes) */
-#define RG_BLOCK 128          /* elements summed per block before the block joins the row total */
+#define RG_LANES 8           /* partial sums per accumulator (one vector of the stash type) */
+#define RG_SUMS (4 * RG_LANES)      /* four independent accumulators of RG_LANES lanes each */
+#define RG_BLOCK 512         /* elements summed per block before the block joins the row total */
 #define RG_CHUNK 1024          /* rows per scheduling chunk */
 #define RG_PIECE 1024       /* output elements per streamed piece */
+
+/* a hint to fetch the next row while this one is normalized (no effect on results) */
+#if defined(__GNUC__)
+#define RG_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define RG_PREFETCH(p) ((void)(p))
+#endif
 
 typedef double rg_stash;    /* stage one: f64 */
 typedef float rg_prod;     /* scale multiply */
 
-/* sum of squares of one row in the stash type: RG_LANES lanes, blocked, then a pairwise lane tree */
+/* sum of squares of one row in the stash type: RG_SUMS partial sums (four accumulators of RG_LANES
+ * lanes, so that four vector additions are in flight), blocked, then a pairwise tree over the sums.
+ * The order is fixed by the code, not by the instruction set: every variant gives the same bits. */
 static inline rg_stash rg_sum_squares(const uint16_t *x)
 {
-    rg_stash total[RG_LANES] = {0};
+    rg_stash total[RG_SUMS] = {0};
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const uint16_t *xb = x + b * RG_BLOCK;
-        rg_stash acc[RG_LANES] = {0};
-        for (int64_t k = 0; k < RG_BLOCK; k += RG_LANES)
-            for (int l = 0; l < RG_LANES; ++l) {
-                const rg_stash v = rg_load_bf16_f64(xb[k + l]);
-                acc[l] += v * v;
-            }
-        for (int l = 0; l < RG_LANES; ++l) total[l] += acc[l];
+        rg_stash a0[RG_LANES] = {0}, a1[RG_LANES] = {0}, a2[RG_LANES] = {0}, a3[RG_LANES] = {0};
+        for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_bf16_f64(xb[k + l]); a0[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_bf16_f64(xb[k + RG_LANES + l]); a1[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_bf16_f64(xb[k + 2 * RG_LANES + l]); a2[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_bf16_f64(xb[k + 3 * RG_LANES + l]); a3[l] += v * v; }
+        }
+        for (int l = 0; l < RG_LANES; ++l) {
+            total[l] += a0[l];
+            total[RG_LANES + l] += a1[l];
+            total[2 * RG_LANES + l] += a2[l];
+            total[3 * RG_LANES + l] += a3[l];
+        }
     }
     for (int64_t i = (RG_N / RG_BLOCK) * RG_BLOCK; i < RG_N; ++i) {
         const rg_stash v = rg_load_bf16_f64(x[i]);
-        total[i % RG_LANES] += v * v;
+        total[i % RG_SUMS] += v * v;
     }
-    for (int w = RG_LANES / 2; w > 0; w /= 2)
+    for (int w = RG_SUMS / 2; w > 0; w /= 2)
         for (int l = 0; l < w; ++l) total[l] += total[l + w];
     return total[0];
 }
 
+/* The fast row path. When a row's mean square and reciprocal root are finite, every x is finite and
+ * |x * inv_rms| is at most about sqrt(N) (each square is at most the sum), so no normalized value is
+ * NaN or infinite; with a finite scale no product is NaN either. Rounding to bf16 then needs no NaN
+ * select: these are rg_f32_to_bf16 without it, bit-identical for every value that is not NaN. */
+static inline uint32_t rg_rms_bf16_carry(float f) { uint32_t u = rg_f32_bits(f); return u + 0x7fffu + ((u >> 16) & 1u); }
+static inline rg_prod rg_rms_norm_fast(rg_stash v) { return rg_load_bf16_f32(rg_store_f64_bf16(v)); }
+static inline uint16_t rg_rms_y_fast(rg_prod v) { return (uint16_t)(rg_rms_bf16_carry(v) >> 16); }
+
 /* rows [r0, r1) */
-static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream)
+static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 128.0;
         const rg_stash inv_rms = (rg_stash)1 / sqrt(mean_square + 9.9999999999999995e-07);
+        const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             uint16_t *dst = stream ? buf : yr + i0;
+            if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
+                const char *next = (const char *)(xr + RG_N + i0);
+                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+            }
+            if (fast) {
+                for (int64_t i = 0; i < n; ++i) {
+                    const rg_stash normalized = rg_load_bf16_f64(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
+                }
+            } else {
             for (int64_t i = 0; i < n; ++i) {
                 const rg_stash normalized = rg_load_bf16_f64(xr[i0 + i]) * inv_rms;
                 dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f64_bf16(normalized)) * w[i0 + i]);
+            }
             }
             if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
@@ -261,20 +298,33 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
 }
 
 #if RG_DISPATCH
-static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream)
+static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 128.0;
         const rg_stash inv_rms = (rg_stash)1 / sqrt(mean_square + 9.9999999999999995e-07);
+        const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             uint16_t *dst = stream ? buf : yr + i0;
+            if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
+                const char *next = (const char *)(xr + RG_N + i0);
+                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+            }
+            if (fast) {
+                for (int64_t i = 0; i < n; ++i) {
+                    const rg_stash normalized = rg_load_bf16_f64(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
+                }
+            } else {
             for (int64_t i = 0; i < n; ++i) {
                 const rg_stash normalized = rg_load_bf16_f64(xr[i0 + i]) * inv_rms;
                 dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f64_bf16(normalized)) * w[i0 + i]);
+            }
             }
             if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
@@ -282,20 +332,33 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     if (stream) rg_stream_fence();
 }
 
-static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream)
+static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 128.0;
         const rg_stash inv_rms = (rg_stash)1 / sqrt(mean_square + 9.9999999999999995e-07);
+        const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             uint16_t *dst = stream ? buf : yr + i0;
+            if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
+                const char *next = (const char *)(xr + RG_N + i0);
+                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+            }
+            if (fast) {
+                for (int64_t i = 0; i < n; ++i) {
+                    const rg_stash normalized = rg_load_bf16_f64(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
+                }
+            } else {
             for (int64_t i = 0; i < n; ++i) {
                 const rg_stash normalized = rg_load_bf16_f64(xr[i0 + i]) * inv_rms;
                 dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f64_bf16(normalized)) * w[i0 + i]);
+            }
             }
             if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
@@ -305,7 +368,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 
 #endif
 
-typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, uint16_t *, int64_t, int64_t, int);
+typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, uint16_t *, int64_t, int64_t, int, int);
 
 static rg_run_fn rg_pick(void)
 {
@@ -332,6 +395,9 @@ int ropegen_rms_bf16_stash_f64(const uint16_t *x, const uint16_t *scale, uint16_
     for (int64_t i = 0; i < RG_N; ++i) {
         rg_w[i] = rg_load_bf16_f32(scale[i]);
     }
+    /* a scale without NaN or infinity allows the fast row path */
+    int rg_w_finite = 1;
+    for (int64_t i = 0; i < RG_N; ++i) rg_w_finite &= isfinite(rg_w[i]) ? 1 : 0;
 
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
@@ -350,7 +416,7 @@ int ropegen_rms_bf16_stash_f64(const uint16_t *x, const uint16_t *scale, uint16_
     for (int64_t rg_c0 = 0; rg_c0 < rg_nchunks; ++rg_c0) {
         const int64_t rg_lo = rg_c0 * RG_CHUNK;
         const int64_t rg_hi = rg_lo + RG_CHUNK < rg_rows ? rg_lo + RG_CHUNK : rg_rows;
-        rg_run(x, rg_w, y, rg_lo, rg_hi, rg_stream);
+        rg_run(x, rg_w, y, rg_lo, rg_hi, rg_stream, rg_w_finite);
     }
     free(rg_w);
     return ROPEGEN_OK;

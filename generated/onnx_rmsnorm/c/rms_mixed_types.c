@@ -207,41 +207,58 @@ static inline void rg_stream_fence(void) {}
 #endif
 
 #define RG_N 64            /* elements per normalized row */
-#define RG_LANES 16           /* independent partial sums (vector lanes) */
-#define RG_BLOCK 256          /* elements summed per block before the block joins the row total */
+#define RG_LANES 16           /* partial sums per accumulator (one vector of the stash type) */
+#define RG_SUMS (4 * RG_LANES)      /* four independent accumulators of RG_LANES lanes each */
+#define RG_BLOCK 1024         /* elements summed per block before the block joins the row total */
 #define RG_CHUNK 2048          /* rows per scheduling chunk */
 #define RG_PIECE 1024       /* output elements per streamed piece */
+
+/* a hint to fetch the next row while this one is normalized (no effect on results) */
+#if defined(__GNUC__)
+#define RG_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define RG_PREFETCH(p) ((void)(p))
+#endif
 
 typedef float rg_stash;    /* stage one: f32 */
 typedef float rg_prod;     /* scale multiply */
 
-/* sum of squares of one row in the stash type: RG_LANES lanes, blocked, then a pairwise lane tree */
+/* sum of squares of one row in the stash type: RG_SUMS partial sums (four accumulators of RG_LANES
+ * lanes, so that four vector additions are in flight), blocked, then a pairwise tree over the sums.
+ * The order is fixed by the code, not by the instruction set: every variant gives the same bits. */
 static inline rg_stash rg_sum_squares(const uint16_t *x)
 {
-    rg_stash total[RG_LANES] = {0};
+    rg_stash total[RG_SUMS] = {0};
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const uint16_t *xb = x + b * RG_BLOCK;
-        rg_stash acc[RG_LANES] = {0};
-        for (int64_t k = 0; k < RG_BLOCK; k += RG_LANES)
-            for (int l = 0; l < RG_LANES; ++l) {
-                const rg_stash v = rg_load_f16_f32(xb[k + l]);
-                acc[l] += v * v;
-            }
-        for (int l = 0; l < RG_LANES; ++l) total[l] += acc[l];
+        rg_stash a0[RG_LANES] = {0}, a1[RG_LANES] = {0}, a2[RG_LANES] = {0}, a3[RG_LANES] = {0};
+        for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f16_f32(xb[k + l]); a0[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f16_f32(xb[k + RG_LANES + l]); a1[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f16_f32(xb[k + 2 * RG_LANES + l]); a2[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f16_f32(xb[k + 3 * RG_LANES + l]); a3[l] += v * v; }
+        }
+        for (int l = 0; l < RG_LANES; ++l) {
+            total[l] += a0[l];
+            total[RG_LANES + l] += a1[l];
+            total[2 * RG_LANES + l] += a2[l];
+            total[3 * RG_LANES + l] += a3[l];
+        }
     }
     for (int64_t i = (RG_N / RG_BLOCK) * RG_BLOCK; i < RG_N; ++i) {
         const rg_stash v = rg_load_f16_f32(x[i]);
-        total[i % RG_LANES] += v * v;
+        total[i % RG_SUMS] += v * v;
     }
-    for (int w = RG_LANES / 2; w > 0; w /= 2)
+    for (int w = RG_SUMS / 2; w > 0; w /= 2)
         for (int l = 0; l < w; ++l) total[l] += total[l + w];
     return total[0];
 }
 
 /* rows [r0, r1) */
-static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream)
+static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
     float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -250,6 +267,10 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             float *dst = stream ? buf : yr + i0;
+            if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
+                const char *next = (const char *)(xr + RG_N + i0);
+                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+            }
             for (int64_t i = 0; i < n; ++i) {
                 const rg_stash normalized = rg_load_f16_f32(xr[i0 + i]) * inv_rms;
                 dst[i] = rg_store_f32_f32(rg_load_f16_f32(rg_store_f32_f16(normalized)) * w[i0 + i]);
@@ -261,9 +282,10 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r
 }
 
 #if RG_DISPATCH
-static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream)
+static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
     float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -272,6 +294,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, floa
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             float *dst = stream ? buf : yr + i0;
+            if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
+                const char *next = (const char *)(xr + RG_N + i0);
+                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+            }
             for (int64_t i = 0; i < n; ++i) {
                 const rg_stash normalized = rg_load_f16_f32(xr[i0 + i]) * inv_rms;
                 dst[i] = rg_store_f32_f32(rg_load_f16_f32(rg_store_f32_f16(normalized)) * w[i0 + i]);
@@ -282,9 +308,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, floa
     if (stream) rg_stream_fence();
 }
 
-static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream)
+static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
     float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -293,6 +320,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             float *dst = stream ? buf : yr + i0;
+            if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
+                const char *next = (const char *)(xr + RG_N + i0);
+                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+            }
             for (int64_t i = 0; i < n; ++i) {
                 const rg_stash normalized = rg_load_f16_f32(xr[i0 + i]) * inv_rms;
                 dst[i] = rg_store_f32_f32(rg_load_f16_f32(rg_store_f32_f16(normalized)) * w[i0 + i]);
@@ -305,7 +336,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 
 #endif
 
-typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, float *, int64_t, int64_t, int);
+typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, float *, int64_t, int64_t, int, int);
 
 static rg_run_fn rg_pick(void)
 {
@@ -332,6 +363,8 @@ int ropegen_rms_mixed_types(const uint16_t *x, const float *scale, float *y, int
     for (int64_t i = 0; i < RG_N; ++i) {
         rg_w[i] = rg_load_f32_f32(scale[i]);
     }
+    /* a scale without NaN or infinity allows the fast row path */
+    int rg_w_finite = 1;
 
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
@@ -350,7 +383,7 @@ int ropegen_rms_mixed_types(const uint16_t *x, const float *scale, float *y, int
     for (int64_t rg_c0 = 0; rg_c0 < rg_nchunks; ++rg_c0) {
         const int64_t rg_lo = rg_c0 * RG_CHUNK;
         const int64_t rg_hi = rg_lo + RG_CHUNK < rg_rows ? rg_lo + RG_CHUNK : rg_rows;
-        rg_run(x, rg_w, y, rg_lo, rg_hi, rg_stream);
+        rg_run(x, rg_w, y, rg_lo, rg_hi, rg_stream, rg_w_finite);
     }
     free(rg_w);
     return ROPEGEN_OK;
