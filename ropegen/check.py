@@ -216,6 +216,17 @@ class _OperatorChecker:
                       self.node.name_loc)
         return s
 
+    def generated_name_clashes(self) -> None:
+        """Backends derive parameter names as NAME_s<c> (strides); a tensor named like that would
+        collide with another tensor's derived name."""
+        names = [(i.name, i.loc) for i in self.node.inputs] + [(o.name, o.loc) for o in self.node.outputs]
+        declared = {n for n, _ in names}
+        for n, loc in names:
+            stem, sep, tail = n.rpartition("_s")
+            if sep and len(tail) == 1 and tail.isalnum() and stem in declared:
+                self.err("C036", f"'{n}' would collide with a name generated for '{stem}'", loc,
+                         f"rename it, e.g. '{stem}_{tail}s'")
+
     def unused_inputs(self) -> None:
         for name, t in self.tensors.items():
             if name not in self.used:
@@ -233,6 +244,7 @@ class _OperatorChecker:
             op = self.guarded(self.rmsnorm)
         if op is not None:
             self.unused_inputs()
+            self.generated_name_clashes()
         return op
 
     def outputs_rope(self) -> tuple[ir.RopeOutput, ...]:
@@ -466,6 +478,8 @@ class _OperatorChecker:
             args = self.call_args(v, ("cos", "sin"), ("cos", "sin"), ("cos", "sin"))
             cos = self.ref(args["cos"], "cos")
             sin = self.ref(args["sin"], "sin")
+            if cos.name == sin.name:
+                self.fail("C018", "cos and sin must be two different inputs", args["sin"].loc)
             self.check_tables(cos, sin, first, pairing, rotary_dim, positions, head_dim, v.loc)
             return ir.TableAngles(cos.name, sin.name)
         args = self.call_args(v, ("base", "scaling", "freq_factors", "magnitude"), ("base",))

@@ -111,9 +111,13 @@ def make_inputs(op: ir.Operator, case: Case, seed: int = 0) -> dict[str, np.ndar
         lens = np.diff(np.concatenate([[0], cuts, [S]])).astype(seqt.dtype.np_dtype)
         arrays[op.sequences] = lens
         max_rows_needed = max(1, int(lens.max()) if lens.size else 1)
+    table_rows = None   # a fixed row count of the cos/sin tables bounds the positions drawn
+    if isinstance(op.angles, ir.TableAngles) and pos.kind is not ir.PositionKind.TOKEN:
+        lead = op.tensor(op.angles.cos).axes[0].size
+        table_rows = lead if isinstance(lead, int) else None
     if pos.kind is ir.PositionKind.IDS:
         t = op.tensor(pos.ids)
-        hi = case.max_position
+        hi = case.max_position if table_rows is None else min(case.max_position, table_rows)
         ids = rng.integers(0, hi, (B, S)).astype(t.dtype.np_dtype)
         arrays[pos.ids] = ids.reshape(tuple(sizes.get(a.size, a.size) if isinstance(a.size, str) else a.size
                                             for a in t.axes))
@@ -125,12 +129,18 @@ def make_inputs(op: ir.Operator, case: Case, seed: int = 0) -> dict[str, np.ndar
         if not prefill:
             start = first_seqlen + int(rng.integers(0, 64))
         pad_hi = max(1, min(first_seqlen - 1, 8)) if pos.kind is ir.PositionKind.GLM2D else 8
+        if isinstance(op.angles, ir.TableAngles) and pos.kind is ir.PositionKind.ARANGE:
+            pad_hi = min(pad_hi, start + 1)   # table rows are indexed: keep start + s - pad >= 0
         if isinstance(pos.start, str):
             arrays[pos.start] = np.array(start, dtype=op.tensor(pos.start).dtype.np_dtype)
         if pos.pad:
             arrays[pos.pad] = rng.integers(0, pad_hi, B).astype(op.tensor(pos.pad).dtype.np_dtype)
         if isinstance(pos.first_seqlen, str):
             arrays[pos.first_seqlen] = np.array(first_seqlen, dtype=op.tensor(pos.first_seqlen).dtype.np_dtype)
+    if pos.kind in (ir.PositionKind.ARANGE, ir.PositionKind.GLM2D):
+        from .reference import position_streams   # the definition of these positions
+        streams = position_streams(op, arrays, B, S)
+        max_rows_needed = max(int(p.max()) + 1 if p.size else 1 for p in streams)
     for sym, role in roles.items():
         if role == "rows":
             sizes[sym] = max_rows_needed + int(rng.integers(0, 5))

@@ -18,7 +18,10 @@ from pathlib import Path
 
 # Front-end options: C++17, and ptxas warnings for register spills and local memory (a RoPE or
 # RMSNorm kernel that needs either has a bug in its tiling).
-BASE_OPTIONS = ("--std=c++17", "-Xptxas=--warn-on-spills", "-Xptxas=--warn-on-local-memory-usage")
+# --fmad=false: the kernels spell their rounding with __f*_rn intrinsics, and the few plain double
+# operations left (angle reduction) must not be contracted either: numerics stay as written.
+BASE_OPTIONS = ("--std=c++17", "--fmad=false", "-Xptxas=--warn-on-spills",
+                "-Xptxas=--warn-on-local-memory-usage")
 
 
 class NvrtcUnavailable(RuntimeError):

@@ -11,6 +11,7 @@ from typing import Union
 import numpy as np
 
 from . import ir
+from .diagnostics import Diagnostic, SpecError
 from .dtypes import DTYPES, DType
 
 
@@ -172,6 +173,10 @@ class RmsNormPlan:
     epsilon: float
     ir: ir.RmsNormOp
 
+    @property
+    def last_axis(self) -> int:
+        return self.rank - 1
+
 
 Plan = Union[RopePlan, RmsNormPlan]
 
@@ -181,9 +186,26 @@ def plan_spec(spec: ir.Spec) -> tuple[Plan, ...]:
 
 
 def plan_operator(op: ir.Operator, sha: str) -> Plan:
-    if isinstance(op, ir.RopeOp):
-        return _plan_rope(op, sha)
-    return _plan_rms(op, sha)
+    """The plan of one checked operator; a constant that overflows its type is a spec error (C029)."""
+    with np.errstate(all="ignore"):   # overflow is reported as a diagnostic, not a warning
+        plan = _plan_rope(op, sha) if isinstance(op, ir.RopeOp) else _plan_rms(op, sha)
+        _check_finite(plan)
+    return plan
+
+
+def _check_finite(plan: Plan) -> None:
+    values: list[float] = []
+    if isinstance(plan, RmsNormPlan):
+        values.append(float(plan.stash.np_dtype.type(plan.epsilon)))
+    elif isinstance(plan.angles, ExactAngles):
+        values += [*plan.angles.inv_freq, plan.angles.magnitude, float(np.float32(plan.angles.magnitude))]
+    elif isinstance(plan.angles, GgmlAngles):
+        values += [plan.angles.theta_scale, plan.angles.freq_scale, plan.angles.mscale, *plan.angles.ramp]
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise SpecError([Diagnostic("C029", f"operator '{plan.name}': a planned constant overflows its type "
+                                    f"({bad[0]!r})", plan.ir.loc,
+                                    "check epsilon, magnitude, base and scaling factors")])
 
 
 # ---------------------------------------------------------------------------------------------

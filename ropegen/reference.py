@@ -90,7 +90,8 @@ def pair_list(op: ir.RopeOp, width: int) -> list[tuple[int, int, int, int, int]]
     return pairs
 
 
-def _positions(op: ir.RopeOp, arrays: dict[str, np.ndarray], B: int, S: int) -> list[np.ndarray]:
+def position_streams(op: ir.RopeOp, arrays: dict[str, np.ndarray], B: int, S: int) -> list[np.ndarray]:
+    """Each position stream as [B, S] int64, from the operator's definition."""
     pos = op.positions
 
     def scalar(v):
@@ -213,7 +214,7 @@ def _rope(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     first = op.rotated[0]
     x0 = _canonical(first, arrays[first.name])
     B, S = x0.shape[0], x0.shape[1]
-    streams = _positions(op, arrays, B, S)
+    streams = position_streams(op, arrays, B, S)
     head_dim = x0.shape[3]
     a = op.angles
     if isinstance(a, ir.TableAngles):
@@ -223,6 +224,9 @@ def _rope(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         if op.positions.kind is ir.PositionKind.TOKEN:
             cs = [(cos_t.reshape(B, S, width), sin_t.reshape(B, S, width))]
         else:
+            for p in streams:
+                if p.size and (p.min() < 0 or p.max() >= cos_t.shape[0]):
+                    raise ValueError(f"position out of range for {cos_t.shape[0]} table rows")
             cs = [(cos_t[p], sin_t[p]) for p in streams]
         unit = width if op.pairing.kind is ir.PairKind.BLOCK else head_dim
     else:

@@ -51,7 +51,9 @@ NULL main errno
 def c_ident(name: str, taken: set[str]) -> str:
     """A C parameter name for a spec name: unchanged unless reserved, internal (rg_/ropegen_) or taken."""
     out = name
-    while out in _C_RESERVED or out.startswith(("rg_", "ropegen_", "ROPEGEN_", "__")) or out in taken:
+    if out in _C_RESERVED or out.startswith(("rg_", "ropegen_", "ROPEGEN_", "__")):
+        out = "u_" + out   # the internal prefixes are the generated code's own namespace
+    while out in _C_RESERVED or out in taken:
         out = out + "_"
     taken.add(out)
     return out
@@ -353,6 +355,8 @@ def canonical_strides(recipe, a: np.ndarray) -> dict[str, int] | None:
     """Element strides along token/batch/seq/head, or None when the kernel cannot read `a` in place
     (head_dim not contiguous, or the array misaligned)."""
     item = a.itemsize
+    if a.size == 0:   # nothing is read or written; numpy may report any strides for an empty array
+        return {name: 0 for _, name, _ in recipe}
     if not a.flags.aligned or (a.strides[-1] != item and a.shape[-1] > 1):
         return None
     st = a.strides
@@ -446,7 +450,8 @@ class CKernel:
                 if st is None:
                     if inplace:
                         raise ValueError(f"{name}: cannot rotate in place: its head_dim is not contiguous")
-                    a = given[name] = np.ascontiguousarray(a)
+                    # a contiguous array can still be misaligned: np.require copies when it is
+                    a = given[name] = np.require(a, requirements="CA")
                     st = canonical_strides(self._recipes[name], a)
                 for axis, v in st.items():
                     self._set(values, ("stride", name, axis), v)
@@ -456,7 +461,7 @@ class CKernel:
                 self._set(values, ("scalar", name, None), int(a))
                 continue
             elif not (a.flags.c_contiguous and a.flags.aligned):
-                a = given[name] = np.ascontiguousarray(a)
+                a = given[name] = np.require(a, requirements="CA")
             self._pointer(values, held, "in", name, a)
         if inplace:
             out = tuple(given[s.src] for s in p.streams)
@@ -475,7 +480,7 @@ class CKernel:
         for name in self.names:
             a = given[name]
             if not (a.flags.c_contiguous and a.flags.aligned):
-                a = given[name] = np.ascontiguousarray(a)
+                a = given[name] = np.require(a, requirements="CA")
             self._pointer(values, held, "in", name, a)
         x = given[self.names[0]]
         if out is None:

@@ -408,7 +408,14 @@ class _RopeRunner:
             err = cp.zeros(1, dtype=np.int32)
             seq_ends = None
             if p.sequences:
-                seq_ends = cp.cumsum(call.cupy_view(arrs[p.sequences]).astype(np.int64))
+                lens = call.cupy_view(arrs[p.sequences]).astype(np.int64)
+                # checked on the host before any launch: the kernel derives every index from these,
+                # and a wrapped-around int64 sum must not pass for the token count
+                host_lens = lens.get()
+                if bool(((host_lens < 0) | (host_lens > S)).any()) or int(host_lens.sum()) != S:
+                    raise ValueError(f"{p.sequences}: sequence lengths must be in [0, {S}] and sum to the "
+                                     f"{S} packed tokens")
+                seq_ends = cp.cumsum(lens)
         seq_ptr = int(seq_ends.data.ptr) if seq_ends is not None and seq_ends.size else int(err.data.ptr)
         k, launch, args = rope_bind(p, cfg, arrs, {o: d for o, (_, d) in outs.items()}, B, S,
                                     int(err.data.ptr), seq_ptr)

@@ -61,7 +61,7 @@ class NumpyBackend(Backend):
 
         def size_expr(role: ir.Role) -> str:
             v = sym_first[role]
-            return str(v) if isinstance(v, int) else f'sym["{v}"]'
+            return str(v) if isinstance(v, int) else f'_sym["{v}"]'
 
         pos = p.positions
         args: list[str] = []
@@ -73,7 +73,7 @@ class NumpyBackend(Backend):
                 args.append(v)
 
         def scalar_expr(v) -> str:
-            return str(v) if isinstance(v, int) else f'_scalar("{v}", t_{v})'
+            return str(v) if isinstance(v, int) else f'_scalar("{v}", _t_{v})'
 
         if isinstance(p.angles, ExactAngles):
             kind = "exact"
@@ -81,7 +81,7 @@ class NumpyBackend(Backend):
             kind = "ggml"
         else:
             kind = "table"
-        compute_np = f"t_{first.name}.dtype" if p.compute.name == "bf16" else _np_type(p.compute)
+        compute_np = f"_t_{first.name}.dtype" if p.compute.name == "bf16" else _np_type(p.compute)
         return dict(
             tensors=tensors,
             block_tokens=block_tokens(p),
@@ -89,7 +89,7 @@ class NumpyBackend(Backend):
             position_args=list(dict.fromkeys(args)),
             start_expr=scalar_expr(pos.start),
             first_expr=scalar_expr(pos.first_seqlen) if pos.first_seqlen is not None else "0",
-            pad_expr=f"t_{pos.pad}.astype(np.int64)[:, None]" if pos.pad else "0",
+            pad_expr=f"_t_{pos.pad}.astype(np.int64)[:, None]" if pos.pad else "0",
             tokens_expr=size_expr(ir.Role.TOKENS) if p.token_layout == "t" else "",
             batch_expr=size_expr(ir.Role.BATCH) if p.token_layout == "bs" else "",
             seq_expr=size_expr(ir.Role.SEQ) if p.token_layout == "bs" else "",
@@ -100,6 +100,8 @@ class NumpyBackend(Backend):
             max_heads=max(tensors[st.src].real_heads for st in p.streams if st.rotate) if any(
                 st.rotate for st in p.streams) else 1,
             split=first.unit_split,
+            # freq_factors divide a float32 angle in ggml numerics, a float64 one in exact numerics
+            ff_np="np.float32" if kind == "ggml" else "np.float64",
         )
 
     def load(self, plan: Plan, sources: dict[str, str]) -> Kernel:

@@ -14,6 +14,7 @@
 // Pairing block, rotation unit 32, rotary dims 32; arithmetic in float
 // with every product and angle rounded to f16 (compute = storage);
 // angles: table; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   atb_coeff_half_table_vec: 8-element vectors. Requires, for every rotated input and output:

@@ -14,6 +14,7 @@
 // Pairing block, rotation unit 64, rotary dims 64; arithmetic in float
 // with every product and angle rounded to f16 (compute = storage);
 // angles: table; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   atb_cos_format1_vec: 4-element vectors. Requires, for every rotated input and output:

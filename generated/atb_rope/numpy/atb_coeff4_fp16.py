@@ -23,7 +23,7 @@ OUTPUTS = ("rope_q", "rope_k", )
 _BLOCK_TOKENS = 426
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -35,11 +35,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -50,7 +50,7 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_seqlen, B, S):
+def _positions(_t_seqlen, B, S):
     """Position streams, each [B, S] int64."""
     return [np.arange(B * S, dtype=np.int64).reshape(B, S)]
 
@@ -64,24 +64,26 @@ def _view(a, unmerged, perm, split):
 
 def run(q, k, cos, sin, seqlen, *, check=True):
     """Apply the operator; returns (rope_q, rope_k)."""
-    sym = {}
-    t_q = _take(sym, "q", q, "float16", ("T", 256, ))
-    t_k = _take(sym, "k", k, "float16", ("T", 128, ))
-    t_cos = _take(sym, "cos", cos, "float16", ("T", 64, ))
-    t_sin = _take(sym, "sin", sin, "float16", ("T", 64, ))
-    t_seqlen = _take(sym, "seqlen", seqlen, "int32", ("B", ))
-    B, S = 1, sym["T"]
-    if check and (((t_seqlen < 0).any()) or int(t_seqlen.astype(np.int64).sum()) != S):
-        raise ValueError(f"seqlen: sequence lengths must be >= 0 and sum to the {S} packed tokens")
-    streams = _positions(t_seqlen, B, S)
-    cos_rows = t_cos.reshape(B, S, 64)
-    sin_rows = t_sin.reshape(B, S, 64)
-    o_rope_q = np.empty(t_q.shape, dtype=t_q.dtype)
-    o_rope_k = np.empty(t_k.shape, dtype=t_k.dtype)
-    x_rope_q = _view(t_q, (sym["T"], 4, 64, ), (0, 1, 2), 1)
-    y_rope_q = _view(o_rope_q, (sym["T"], 4, 64, ), (0, 1, 2), 1)
-    x_rope_k = _view(t_k, (sym["T"], 2, 64, ), (0, 1, 2), 1)
-    y_rope_k = _view(o_rope_k, (sym["T"], 2, 64, ), (0, 1, 2), 1)
+    _sym = {}
+    _t_q = _take(_sym, "q", q, "float16", ("T", 256, ))
+    _t_k = _take(_sym, "k", k, "float16", ("T", 128, ))
+    _t_cos = _take(_sym, "cos", cos, "float16", ("T", 64, ))
+    _t_sin = _take(_sym, "sin", sin, "float16", ("T", 64, ))
+    _t_seqlen = _take(_sym, "seqlen", seqlen, "int32", ("B", ))
+    B, S = 1, _sym["T"]
+    # always checked (even with check=False): every later index is derived from these lengths
+    lens = _t_seqlen.astype(np.int64)
+    if ((lens < 0) | (lens > S)).any() or int(lens.sum()) != S:
+        raise ValueError(f"seqlen: sequence lengths must be in [0, {S}] and sum to the {S} packed tokens")
+    streams = _positions(_t_seqlen, B, S)
+    cos_rows = _t_cos.reshape(B, S, 64)
+    sin_rows = _t_sin.reshape(B, S, 64)
+    o_rope_q = np.empty(_t_q.shape, dtype=_t_q.dtype)
+    o_rope_k = np.empty(_t_k.shape, dtype=_t_k.dtype)
+    x_rope_q = _view(_t_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
+    y_rope_q = _view(o_rope_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
+    x_rope_k = _view(_t_k, (_sym["T"], 2, 64, ), (0, 1, 2), 1)
+    y_rope_k = _view(o_rope_k, (_sym["T"], 2, 64, ), (0, 1, 2), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1

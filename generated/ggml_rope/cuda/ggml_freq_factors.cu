@@ -12,6 +12,7 @@
 // Pairing neox, rotation unit 64, rotary dims 64; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: ggml; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   ggml_freq_factors_vec: 8-element vectors. Requires, for every rotated input and output:

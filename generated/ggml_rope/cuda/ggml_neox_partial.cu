@@ -11,6 +11,7 @@
 // Pairing neox, rotation unit 64, rotary dims 32; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: ggml; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   ggml_neox_partial_vec: 4-element vectors. Requires, for every rotated input and output:

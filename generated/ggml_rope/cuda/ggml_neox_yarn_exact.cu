@@ -11,6 +11,7 @@
 // Pairing neox, rotation unit 128, rotary dims 128; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: exact; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   ggml_neox_yarn_exact_vec: 4-element vectors. Requires, for every rotated input and output:

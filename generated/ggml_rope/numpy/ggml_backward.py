@@ -27,7 +27,7 @@ _RAMP = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.923076927661895
 _ONE_MINUS_RAMP = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.07692307233810425, 0.1538461446762085, 0.23076921701431274, 0.307692289352417, 0.384615421295166, 0.4615384340286255, 0.5384615659713745, 0.6153846383094788, 0.692307710647583, 0.7692307829856873, 0.8461538553237915, 0.9230769276618958, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, ], dtype=np.float32)
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -39,11 +39,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -54,9 +54,9 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_pos, B, S):
+def _positions(_t_pos, B, S):
     """Position streams, each [B, S] int64."""
-    return [t_pos.astype(np.int64, copy=False).reshape(B, S)]
+    return [_t_pos.astype(np.int64, copy=False).reshape(B, S)]
 
 
 def _view(a, unmerged, perm, split):
@@ -68,14 +68,14 @@ def _view(a, unmerged, perm, split):
 
 def run(dy, pos, *, check=True):
     """Apply the operator; returns (dx,)."""
-    sym = {}
-    t_dy = _take(sym, "dy", dy, "float32", ("T", 8, 64, ))
-    t_pos = _take(sym, "pos", pos, "int32", ("T", ))
-    B, S = 1, sym["T"]
-    streams = _positions(t_pos, B, S)
-    o_dx = np.empty(t_dy.shape, dtype=t_dy.dtype)
-    x_dx = _view(t_dy, (sym["T"], 8, 64, ), (0, 1, 2), 1)
-    y_dx = _view(o_dx, (sym["T"], 8, 64, ), (0, 1, 2), 1)
+    _sym = {}
+    _t_dy = _take(_sym, "dy", dy, "float32", ("T", 8, 64, ))
+    _t_pos = _take(_sym, "pos", pos, "int32", ("T", ))
+    B, S = 1, _sym["T"]
+    streams = _positions(_t_pos, B, S)
+    o_dx = np.empty(_t_dy.shape, dtype=_t_dy.dtype)
+    x_dx = _view(_t_dy, (_sym["T"], 8, 64, ), (0, 1, 2), 1)
+    y_dx = _view(o_dx, (_sym["T"], 8, 64, ), (0, 1, 2), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1

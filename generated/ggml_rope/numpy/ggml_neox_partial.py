@@ -24,7 +24,7 @@ _FREQ_SCALE = np.float32(1.0)
 _MSCALE = np.float32(1.0)
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -36,11 +36,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -51,9 +51,9 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_pos, B, S):
+def _positions(_t_pos, B, S):
     """Position streams, each [B, S] int64."""
-    return [t_pos.astype(np.int64, copy=False).reshape(B, S)]
+    return [_t_pos.astype(np.int64, copy=False).reshape(B, S)]
 
 
 def _view(a, unmerged, perm, split):
@@ -65,14 +65,14 @@ def _view(a, unmerged, perm, split):
 
 def run(x, pos, *, check=True):
     """Apply the operator; returns (y,)."""
-    sym = {}
-    t_x = _take(sym, "x", x, "float32", ("T", 8, 64, ))
-    t_pos = _take(sym, "pos", pos, "int32", ("T", ))
-    B, S = 1, sym["T"]
-    streams = _positions(t_pos, B, S)
-    o_y = np.empty(t_x.shape, dtype=t_x.dtype)
-    x_y = _view(t_x, (sym["T"], 8, 64, ), (0, 1, 2), 1)
-    y_y = _view(o_y, (sym["T"], 8, 64, ), (0, 1, 2), 1)
+    _sym = {}
+    _t_x = _take(_sym, "x", x, "float32", ("T", 8, 64, ))
+    _t_pos = _take(_sym, "pos", pos, "int32", ("T", ))
+    B, S = 1, _sym["T"]
+    streams = _positions(_t_pos, B, S)
+    o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
+    x_y = _view(_t_x, (_sym["T"], 8, 64, ), (0, 1, 2), 1)
+    y_y = _view(o_y, (_sym["T"], 8, 64, ), (0, 1, 2), 1)
     y_y[..., 32:64] = x_y[..., 32:64]
 
     sb = min(S, _BLOCK_TOKENS) if S else 1

@@ -27,7 +27,7 @@ _RAMP = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.
 _ONE_MINUS_RAMP = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.03846156597137451, 0.07692307233810425, 0.11538463830947876, 0.1538461446762085, 0.192307710647583, 0.23076921701431274, 0.26923078298568726, 0.307692289352417, 0.3461538553237915, 0.384615421295166, 0.42307692766189575, 0.4615384340286255, 0.5, 0.5384615659713745, 0.5769230723381042, 0.6153846383094788, 0.6538461446762085, 0.692307710647583, 0.7307692170143127, 0.7692307829856873, 0.807692289352417, 0.8461538553237915, 0.8846153616905212, 0.9230769276618958, 0.9615384340286255, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, ], dtype=np.float32)
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -39,11 +39,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -54,9 +54,9 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_pos, B, S):
+def _positions(_t_pos, B, S):
     """Position streams, each [B, S] int64."""
-    return [t_pos.astype(np.int64, copy=False).reshape(B, S)]
+    return [_t_pos.astype(np.int64, copy=False).reshape(B, S)]
 
 
 def _view(a, unmerged, perm, split):
@@ -68,14 +68,14 @@ def _view(a, unmerged, perm, split):
 
 def run(x, pos, *, check=True):
     """Apply the operator; returns (y,)."""
-    sym = {}
-    t_x = _take(sym, "x", x, "float32", ("T", 8, 128, ))
-    t_pos = _take(sym, "pos", pos, "int32", ("T", ))
-    B, S = 1, sym["T"]
-    streams = _positions(t_pos, B, S)
-    o_y = np.empty(t_x.shape, dtype=t_x.dtype)
-    x_y = _view(t_x, (sym["T"], 8, 128, ), (0, 1, 2), 1)
-    y_y = _view(o_y, (sym["T"], 8, 128, ), (0, 1, 2), 1)
+    _sym = {}
+    _t_x = _take(_sym, "x", x, "float32", ("T", 8, 128, ))
+    _t_pos = _take(_sym, "pos", pos, "int32", ("T", ))
+    B, S = 1, _sym["T"]
+    streams = _positions(_t_pos, B, S)
+    o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
+    x_y = _view(_t_x, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
+    y_y = _view(o_y, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1

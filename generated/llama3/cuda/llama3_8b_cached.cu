@@ -14,6 +14,7 @@
 // Pairing neox, rotation unit 128, rotary dims 128; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: table; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   llama3_8b_cached_vec: 8-element vectors. Requires, for every rotated input and output:

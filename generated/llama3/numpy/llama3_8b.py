@@ -89,7 +89,7 @@ _INV_FREQ = np.array([
 _MAGNITUDE = 1.0
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -101,11 +101,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -116,9 +116,9 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_positions, B, S):
+def _positions(_t_positions, B, S):
     """Position streams, each [B, S] int64."""
-    return [t_positions.astype(np.int64, copy=False).reshape(B, S)]
+    return [_t_positions.astype(np.int64, copy=False).reshape(B, S)]
 
 
 def _view(a, unmerged, perm, split):
@@ -130,18 +130,18 @@ def _view(a, unmerged, perm, split):
 
 def run(q, k, positions, *, check=True):
     """Apply the operator; returns (q_rot, k_rot)."""
-    sym = {}
-    t_q = _take(sym, "q", q, "bfloat16", ("T", 32, 128, ))
-    t_k = _take(sym, "k", k, "bfloat16", ("T", 8, 128, ))
-    t_positions = _take(sym, "positions", positions, "int64", ("T", ))
-    B, S = 1, sym["T"]
-    streams = _positions(t_positions, B, S)
-    o_q_rot = np.empty(t_q.shape, dtype=t_q.dtype)
-    o_k_rot = np.empty(t_k.shape, dtype=t_k.dtype)
-    x_q_rot = _view(t_q, (sym["T"], 32, 128, ), (0, 1, 2), 1)
-    y_q_rot = _view(o_q_rot, (sym["T"], 32, 128, ), (0, 1, 2), 1)
-    x_k_rot = _view(t_k, (sym["T"], 8, 128, ), (0, 1, 2), 1)
-    y_k_rot = _view(o_k_rot, (sym["T"], 8, 128, ), (0, 1, 2), 1)
+    _sym = {}
+    _t_q = _take(_sym, "q", q, "bfloat16", ("T", 32, 128, ))
+    _t_k = _take(_sym, "k", k, "bfloat16", ("T", 8, 128, ))
+    _t_positions = _take(_sym, "positions", positions, "int64", ("T", ))
+    B, S = 1, _sym["T"]
+    streams = _positions(_t_positions, B, S)
+    o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
+    o_k_rot = np.empty(_t_k.shape, dtype=_t_k.dtype)
+    x_q_rot = _view(_t_q, (_sym["T"], 32, 128, ), (0, 1, 2), 1)
+    y_q_rot = _view(o_q_rot, (_sym["T"], 32, 128, ), (0, 1, 2), 1)
+    x_k_rot = _view(_t_k, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
+    y_k_rot = _view(o_k_rot, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1

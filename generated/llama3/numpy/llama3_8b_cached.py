@@ -23,7 +23,7 @@ OUTPUTS = ("q_rot", "k_rot", )
 _BLOCK_TOKENS = 32
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -35,11 +35,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -50,9 +50,9 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_positions, B, S):
+def _positions(_t_positions, B, S):
     """Position streams, each [B, S] int64."""
-    return [t_positions.astype(np.int64, copy=False).reshape(B, S)]
+    return [_t_positions.astype(np.int64, copy=False).reshape(B, S)]
 
 
 def _view(a, unmerged, perm, split):
@@ -64,26 +64,26 @@ def _view(a, unmerged, perm, split):
 
 def run(q, k, positions, cos, sin, *, check=True):
     """Apply the operator; returns (q_rot, k_rot)."""
-    sym = {}
-    t_q = _take(sym, "q", q, "bfloat16", ("T", 32, 128, ))
-    t_k = _take(sym, "k", k, "bfloat16", ("T", 8, 128, ))
-    t_positions = _take(sym, "positions", positions, "int64", ("T", ))
-    t_cos = _take(sym, "cos", cos, "float32", ("P", 64, ))
-    t_sin = _take(sym, "sin", sin, "float32", ("P", 64, ))
-    B, S = 1, sym["T"]
-    streams = _positions(t_positions, B, S)
-    rows = t_cos.shape[0]
+    _sym = {}
+    _t_q = _take(_sym, "q", q, "bfloat16", ("T", 32, 128, ))
+    _t_k = _take(_sym, "k", k, "bfloat16", ("T", 8, 128, ))
+    _t_positions = _take(_sym, "positions", positions, "int64", ("T", ))
+    _t_cos = _take(_sym, "cos", cos, "float32", ("P", 64, ))
+    _t_sin = _take(_sym, "sin", sin, "float32", ("P", 64, ))
+    B, S = 1, _sym["T"]
+    streams = _positions(_t_positions, B, S)
+    rows = _t_cos.shape[0]
     if check:
         for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")
-    o_q_rot = np.empty(t_q.shape, dtype=t_q.dtype)
-    o_k_rot = np.empty(t_k.shape, dtype=t_k.dtype)
-    x_q_rot = _view(t_q, (sym["T"], 32, 128, ), (0, 1, 2), 1)
-    y_q_rot = _view(o_q_rot, (sym["T"], 32, 128, ), (0, 1, 2), 1)
-    x_k_rot = _view(t_k, (sym["T"], 8, 128, ), (0, 1, 2), 1)
-    y_k_rot = _view(o_k_rot, (sym["T"], 8, 128, ), (0, 1, 2), 1)
+    o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
+    o_k_rot = np.empty(_t_k.shape, dtype=_t_k.dtype)
+    x_q_rot = _view(_t_q, (_sym["T"], 32, 128, ), (0, 1, 2), 1)
+    y_q_rot = _view(o_q_rot, (_sym["T"], 32, 128, ), (0, 1, 2), 1)
+    x_k_rot = _view(_t_k, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
+    y_k_rot = _view(o_k_rot, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1
@@ -92,8 +92,8 @@ def run(q, k, positions, cos, sin, *, check=True):
         for s0 in range(0, S, sb):
             s1 = min(S, s0 + sb)
             pos0 = streams[0][b0:b1, s0:s1]
-            cos0 = t_cos[pos0].astype(np.float32)
-            sin0 = t_sin[pos0].astype(np.float32)
+            cos0 = _t_cos[pos0].astype(np.float32)
+            sin0 = _t_sin[pos0].astype(np.float32)
             # block 0: pairs (0 + 1j, 64 + 1j), j < 64, position stream 0
             ca0 = cos0[:, :, None, None, 0:64:1]
             sa0 = sin0[:, :, None, None, 0:64:1]

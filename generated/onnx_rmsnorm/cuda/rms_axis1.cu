@@ -11,6 +11,7 @@
 // Stage one (mean square, reciprocal root, normalize) in float, rounded to f32; the scale
 // multiply in float, stored as f32. One block per row (60 elements), the sum of
 // squares reduced over the block in float.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   rms_axis1_vec: 4-element vectors, block (32, 1, 1). Requires x and y addresses

@@ -11,6 +11,7 @@
 // Stage one (mean square, reciprocal root, normalize) in double, rounded to bf16; the scale
 // multiply in float, stored as bf16. One block per row (128 elements), the sum of
 // squares reduced over the block in double.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   rms_bf16_stash_f64_vec: 8-element vectors, block (32, 1, 1). Requires x and y addresses

@@ -18,7 +18,7 @@ _EPSILON = 1e-05
 _ROWS_PER_STEP = 640
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -30,26 +30,26 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
 def run(x, scale, *, check=True):
     """Normalize; returns y with the shape of x and the dtype of scale."""
-    sym = {}
-    t_x = _take(sym, "x", x, "float16", ("T", 64, ))
-    t_scale = _take(sym, "scale", scale, "float32", (64, ))
-    x = t_x.reshape(-1, _N)
-    scale = np.broadcast_to(t_scale.reshape((64,)), (64,)).reshape(_N).astype(np.float32)
-    y = np.empty(x.shape, dtype=t_scale.dtype)
+    _sym = {}
+    _t_x = _take(_sym, "x", x, "float16", ("T", 64, ))
+    _t_scale = _take(_sym, "scale", scale, "float32", (64, ))
+    x = _t_x.reshape(-1, _N)
+    scale = np.broadcast_to(_t_scale.reshape((64,)), (64,)).reshape(_N).astype(np.float32)
+    y = np.empty(x.shape, dtype=_t_scale.dtype)
     for r0 in range(0, x.shape[0], _ROWS_PER_STEP):
         xs = x[r0:r0 + _ROWS_PER_STEP].astype(np.float32)
         mean_square = np.einsum("ij,ij->i", xs, xs) / np.float32(_N)
         inv_rms = np.float32(1) / np.sqrt(mean_square + np.float32(_EPSILON))
-        normalized = (xs * inv_rms[:, None]).astype(t_x.dtype)
+        normalized = (xs * inv_rms[:, None]).astype(_t_x.dtype)
         y[r0:r0 + _ROWS_PER_STEP] = normalized.astype(np.float32) * scale
-    return (y.reshape(t_x.shape),)
+    return (y.reshape(_t_x.shape),)

@@ -297,7 +297,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
                         rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
                     }
-                    /* elements 4..7 pass through */
+                    /* elements [4, 8) pass through */
                     for (int rg_i = 4; rg_i < 8; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -364,7 +364,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
                         rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
                     }
-                    /* elements 4..7 pass through */
+                    /* elements [4, 8) pass through */
                     for (int rg_i = 4; rg_i < 8; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -430,7 +430,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
                         rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
                     }
-                    /* elements 4..7 pass through */
+                    /* elements [4, 8) pass through */
                     for (int rg_i = 4; rg_i < 8; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);

@@ -13,6 +13,7 @@
 // Pairing gptj, rotation unit 8, rotary dims 8; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: table; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   onnx_rope_interleaved_vec: 8-element vectors. Requires, for every rotated input and output:

@@ -12,6 +12,7 @@
 // Pairing neox, rotation unit 8, rotary dims 8; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: table; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   onnx_rope_no_position_ids_vec: 4-element vectors. Requires, for every rotated input and output:

@@ -21,7 +21,7 @@ OUTPUTS = ("y", )
 _BLOCK_TOKENS = 2560
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -33,11 +33,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -61,17 +61,17 @@ def _view(a, unmerged, perm, split):
 
 def run(x, cos_cache, sin_cache, *, check=True):
     """Apply the operator; returns (y,)."""
-    sym = {}
-    t_x = _take(sym, "x", x, "float32", ("B", 4, "S", 8, ))
-    t_cos_cache = _take(sym, "cos_cache", cos_cache, "float32", ("B", "S", 4, ))
-    t_sin_cache = _take(sym, "sin_cache", sin_cache, "float32", ("B", "S", 4, ))
-    B, S = sym["B"], sym["S"]
+    _sym = {}
+    _t_x = _take(_sym, "x", x, "float32", ("B", 4, "S", 8, ))
+    _t_cos_cache = _take(_sym, "cos_cache", cos_cache, "float32", ("B", "S", 4, ))
+    _t_sin_cache = _take(_sym, "sin_cache", sin_cache, "float32", ("B", "S", 4, ))
+    B, S = _sym["B"], _sym["S"]
     streams = _positions(B, S)
-    cos_rows = t_cos_cache.reshape(B, S, 4)
-    sin_rows = t_sin_cache.reshape(B, S, 4)
-    o_y = np.empty(t_x.shape, dtype=t_x.dtype)
-    x_y = _view(t_x, (sym["B"], 4, sym["S"], 8, ), (0, 2, 1, 3), 1)
-    y_y = _view(o_y, (sym["B"], 4, sym["S"], 8, ), (0, 2, 1, 3), 1)
+    cos_rows = _t_cos_cache.reshape(B, S, 4)
+    sin_rows = _t_sin_cache.reshape(B, S, 4)
+    o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
+    x_y = _view(_t_x, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
+    y_y = _view(o_y, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1

@@ -22,7 +22,7 @@ OUTPUTS = ("y", )
 _BLOCK_TOKENS = 2560
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -34,11 +34,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -49,9 +49,9 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_position_ids, B, S):
+def _positions(_t_position_ids, B, S):
     """Position streams, each [B, S] int64."""
-    return [t_position_ids.astype(np.int64, copy=False).reshape(B, S)]
+    return [_t_position_ids.astype(np.int64, copy=False).reshape(B, S)]
 
 
 def _view(a, unmerged, perm, split):
@@ -62,22 +62,22 @@ def _view(a, unmerged, perm, split):
 
 def run(x, cos_cache, sin_cache, position_ids, *, check=True):
     """Apply the operator; returns (y,)."""
-    sym = {}
-    t_x = _take(sym, "x", x, "float32", ("B", 4, "S", 8, ))
-    t_cos_cache = _take(sym, "cos_cache", cos_cache, "float32", ("P", 2, ))
-    t_sin_cache = _take(sym, "sin_cache", sin_cache, "float32", ("P", 2, ))
-    t_position_ids = _take(sym, "position_ids", position_ids, "int64", ("B", "S", ))
-    B, S = sym["B"], sym["S"]
-    streams = _positions(t_position_ids, B, S)
-    rows = t_cos_cache.shape[0]
+    _sym = {}
+    _t_x = _take(_sym, "x", x, "float32", ("B", 4, "S", 8, ))
+    _t_cos_cache = _take(_sym, "cos_cache", cos_cache, "float32", ("P", 2, ))
+    _t_sin_cache = _take(_sym, "sin_cache", sin_cache, "float32", ("P", 2, ))
+    _t_position_ids = _take(_sym, "position_ids", position_ids, "int64", ("B", "S", ))
+    B, S = _sym["B"], _sym["S"]
+    streams = _positions(_t_position_ids, B, S)
+    rows = _t_cos_cache.shape[0]
     if check:
         for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")
-    o_y = np.empty(t_x.shape, dtype=t_x.dtype)
-    x_y = _view(t_x, (sym["B"], 4, sym["S"], 8, ), (0, 2, 1, 3), 1)
-    y_y = _view(o_y, (sym["B"], 4, sym["S"], 8, ), (0, 2, 1, 3), 1)
+    o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
+    x_y = _view(_t_x, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
+    y_y = _view(o_y, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
     y_y[..., 4:8] = x_y[..., 4:8]
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
@@ -87,8 +87,8 @@ def run(x, cos_cache, sin_cache, position_ids, *, check=True):
         for s0 in range(0, S, sb):
             s1 = min(S, s0 + sb)
             pos0 = streams[0][b0:b1, s0:s1]
-            cos0 = t_cos_cache[pos0].astype(np.float32)
-            sin0 = t_sin_cache[pos0].astype(np.float32)
+            cos0 = _t_cos_cache[pos0].astype(np.float32)
+            sin0 = _t_sin_cache[pos0].astype(np.float32)
             # block 0: pairs (0 + 2j, 1 + 2j), j < 2, position stream 0
             ca0 = cos0[:, :, None, None, 0:2:1]
             sa0 = sin0[:, :, None, None, 0:2:1]

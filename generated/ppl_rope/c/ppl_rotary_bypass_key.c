@@ -385,7 +385,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         rg_y[0 + 2 * rg_j] = rg_store_f32_f16(((xa * ca) + ((-xb) * sa)));
                         rg_y[1 + 2 * rg_j] = rg_store_f32_f16(((xb * cb) + (xa * sb)));
                     }
-                    /* elements 32..63 pass through */
+                    /* elements [32, 64) pass through */
                     for (int rg_i = 32; rg_i < 64; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -471,7 +471,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_y[0 + 2 * rg_j] = rg_store_f32_f16(((xa * ca) + ((-xb) * sa)));
                         rg_y[1 + 2 * rg_j] = rg_store_f32_f16(((xb * cb) + (xa * sb)));
                     }
-                    /* elements 32..63 pass through */
+                    /* elements [32, 64) pass through */
                     for (int rg_i = 32; rg_i < 64; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -556,7 +556,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_y[0 + 2 * rg_j] = rg_store_f32_f16(((xa * ca) + ((-xb) * sa)));
                         rg_y[1 + 2 * rg_j] = rg_store_f32_f16(((xb * cb) + (xa * sb)));
                     }
-                    /* elements 32..63 pass through */
+                    /* elements [32, 64) pass through */
                     for (int rg_i = 32; rg_i < 64; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);

@@ -14,6 +14,7 @@
 // Pairing glm2d, rotation unit 64, rotary dims 64; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: exact; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   ppl_rotary_2d_vec: 4-element vectors. Requires, for every rotated input and output:

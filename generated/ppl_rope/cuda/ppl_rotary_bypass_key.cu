@@ -12,6 +12,7 @@
 // Pairing gptj, rotation unit 64, rotary dims 32; arithmetic in float
 // (each product and sum rounded on its own, never fused);
 // angles: exact; forward rotation.
+// Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   ppl_rotary_bypass_key_vec: 8-element vectors. Requires, for every rotated input and output:

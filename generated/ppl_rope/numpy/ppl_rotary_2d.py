@@ -43,7 +43,7 @@ _INV_FREQ = np.array([
 _MAGNITUDE = 1.0
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -55,11 +55,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -70,12 +70,12 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_pad_len, t_start_pos, t_first_seqlen, B, S):
+def _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S):
     """Position streams, each [B, S] int64."""
     s = np.arange(S, dtype=np.int64)[None, :]
-    start = _scalar("start_pos", t_start_pos)
-    pad = t_pad_len.astype(np.int64)[:, None]
-    first = _scalar("first_seqlen", t_first_seqlen)
+    start = _scalar("start_pos", _t_start_pos)
+    pad = _t_pad_len.astype(np.int64)[:, None]
+    first = _scalar("first_seqlen", _t_first_seqlen)
     offset = start + s
     prompt_len = first - pad
     before_pad = offset < pad
@@ -93,20 +93,20 @@ def _view(a, unmerged, perm, split):
 
 def run(query, key, start_pos, pad_len, first_seqlen, *, check=True):
     """Apply the operator; returns (rotated_query, rotated_key)."""
-    sym = {}
-    t_query = _take(sym, "query", query, "float32", ("B", "S", 4, 64, ))
-    t_key = _take(sym, "key", key, "float32", ("B", "S", 4, 64, ))
-    t_start_pos = _take(sym, "start_pos", np.asarray(start_pos), "int64", ())
-    t_pad_len = _take(sym, "pad_len", pad_len, "int64", ("B", ))
-    t_first_seqlen = _take(sym, "first_seqlen", np.asarray(first_seqlen), "int64", ())
-    B, S = sym["B"], sym["S"]
-    streams = _positions(t_pad_len, t_start_pos, t_first_seqlen, B, S)
-    o_rotated_query = np.empty(t_query.shape, dtype=t_query.dtype)
-    o_rotated_key = np.empty(t_key.shape, dtype=t_key.dtype)
-    x_rotated_query = _view(t_query, (sym["B"], sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
-    y_rotated_query = _view(o_rotated_query, (sym["B"], sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
-    x_rotated_key = _view(t_key, (sym["B"], sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
-    y_rotated_key = _view(o_rotated_key, (sym["B"], sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
+    _sym = {}
+    _t_query = _take(_sym, "query", query, "float32", ("B", "S", 4, 64, ))
+    _t_key = _take(_sym, "key", key, "float32", ("B", "S", 4, 64, ))
+    _t_start_pos = _take(_sym, "start_pos", np.asarray(start_pos), "int64", ())
+    _t_pad_len = _take(_sym, "pad_len", pad_len, "int64", ("B", ))
+    _t_first_seqlen = _take(_sym, "first_seqlen", np.asarray(first_seqlen), "int64", ())
+    B, S = _sym["B"], _sym["S"]
+    streams = _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S)
+    o_rotated_query = np.empty(_t_query.shape, dtype=_t_query.dtype)
+    o_rotated_key = np.empty(_t_key.shape, dtype=_t_key.dtype)
+    x_rotated_query = _view(_t_query, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
+    y_rotated_query = _view(o_rotated_query, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
+    x_rotated_key = _view(_t_key, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
+    y_rotated_key = _view(o_rotated_key, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
     bb = max(1, _BLOCK_TOKENS // sb) if sb == S else 1

@@ -41,7 +41,7 @@ _INV_FREQ = np.array([
 _MAGNITUDE = 1.0
 
 
-def _take(sym, name, a, dtype, dims):
+def _take(_sym, name, a, dtype, dims):
     """Validate dtype and shape of one input, binding symbolic dims on first sight."""
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
@@ -53,11 +53,11 @@ def _take(sym, name, a, dtype, dims):
         if isinstance(d, int):
             if n != d:
                 raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        elif d in _sym:
+            if n != _sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {_sym[d]} from an earlier input")
         else:
-            sym[d] = n
+            _sym[d] = n
     return a
 
 
@@ -68,10 +68,10 @@ def _scalar(name, a):
     return int(a)
 
 
-def _positions(t_start_pos, B, S):
+def _positions(_t_start_pos, B, S):
     """Position streams, each [B, S] int64."""
     s = np.arange(S, dtype=np.int64)[None, :]
-    start = _scalar("start_pos", t_start_pos)
+    start = _scalar("start_pos", _t_start_pos)
     pad = 0
     return [start + s - pad]
 
@@ -84,19 +84,19 @@ def _view(a, unmerged, perm, split):
 
 def run(query, key, start_pos, *, check=True):
     """Apply the operator; returns (rotated_query, rotated_key)."""
-    sym = {}
-    t_query = _take(sym, "query", query, "float16", ("B", "S", 8, 64, ))
-    t_key = _take(sym, "key", key, "float16", ("B", "S", 8, 64, ))
-    t_start_pos = _take(sym, "start_pos", np.asarray(start_pos), "int64", ())
-    B, S = sym["B"], sym["S"]
-    streams = _positions(t_start_pos, B, S)
-    o_rotated_query = np.empty(t_query.shape, dtype=t_query.dtype)
-    o_rotated_key = np.empty(t_key.shape, dtype=t_key.dtype)
-    x_rotated_query = _view(t_query, (sym["B"], sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
-    y_rotated_query = _view(o_rotated_query, (sym["B"], sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
+    _sym = {}
+    _t_query = _take(_sym, "query", query, "float16", ("B", "S", 8, 64, ))
+    _t_key = _take(_sym, "key", key, "float16", ("B", "S", 8, 64, ))
+    _t_start_pos = _take(_sym, "start_pos", np.asarray(start_pos), "int64", ())
+    B, S = _sym["B"], _sym["S"]
+    streams = _positions(_t_start_pos, B, S)
+    o_rotated_query = np.empty(_t_query.shape, dtype=_t_query.dtype)
+    o_rotated_key = np.empty(_t_key.shape, dtype=_t_key.dtype)
+    x_rotated_query = _view(_t_query, (_sym["B"], _sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
+    y_rotated_query = _view(o_rotated_query, (_sym["B"], _sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
     y_rotated_query[..., 32:64] = x_rotated_query[..., 32:64]
-    x_rotated_key = _view(t_key, (sym["B"], sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
-    y_rotated_key = _view(o_rotated_key, (sym["B"], sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
+    x_rotated_key = _view(_t_key, (_sym["B"], _sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
+    y_rotated_key = _view(o_rotated_key, (_sym["B"], _sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
     y_rotated_key[...] = x_rotated_key
 
     sb = min(S, _BLOCK_TOKENS) if S else 1
