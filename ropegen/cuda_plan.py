@@ -601,12 +601,12 @@ def rms_vector_width(p: RmsNormPlan) -> int:
 
 
 def rms_cfg(p: RmsNormPlan) -> RmsCfg:
-    product = "double" if "f64" in (p.x.name, p.scale.name) else "float"
+    product = p.product.cuda_type
     stash = p.stash.cuda_type
-    padded = (1,) * (len(p.norm_shape) - len(p.scale_shape)) + p.scale_shape
+    padded = p.padded_scale_shape
     direct = tuple(padded) == tuple(p.norm_shape)
     dims = tuple((n, s) for n, s in zip(reversed(p.norm_shape), reversed(p.scale_strides)))
-    eps = c_float(float(np.float32(p.epsilon))) if stash == "float" else c_double(p.epsilon)
+    eps = c_float(p.epsilon_stash) if stash == "float" else c_double(p.epsilon_stash)
     d = stash == "double"
     return RmsCfg(
         plan=p, x=p.x.cuda_type, scale=p.scale.cuda_type, y=p.y.cuda_type, stash=stash, product=product,

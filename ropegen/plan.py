@@ -164,6 +164,9 @@ class RmsNormPlan:
     scale: DType
     y: DType
     stash: DType
+    product: DType                 # type of the scale multiply
+    padded_scale_shape: tuple[int, ...]   # scale shape left-padded with 1s to the normalized rank
+    epsilon_stash: float           # epsilon rounded to the stash type, as stage one adds it
     axis: int
     rank: int
     norm_size: int                 # elements per normalized row
@@ -412,9 +415,13 @@ def _plan_rms(op: ir.RmsNormOp, sha: str) -> RmsNormPlan:
         strides.append(0 if n == 1 else acc)
         acc *= n
     strides.reverse()
+    # the scale multiply runs in float64 when either operand is float64, else in float32
+    product = DTYPES["f64"] if "f64" in (x.dtype.name, scale.dtype.name) else DTYPES["f32"]
     return RmsNormPlan(
         name=op.name, spec_sha256=sha,
         inputs=(_tensor_plan(x, None), _tensor_plan(scale, None)), out=op.output,
-        x=x.dtype, scale=scale.dtype, y=scale.dtype, stash=op.stash, axis=op.axis, rank=len(x.axes),
+        x=x.dtype, scale=scale.dtype, y=scale.dtype, stash=op.stash, product=product,
+        padded_scale_shape=padded, epsilon_stash=float(op.stash.np_dtype.type(op.epsilon)),
+        axis=op.axis, rank=len(x.axes),
         norm_size=int(np.prod(norm_shape)), norm_shape=norm_shape, scale_shape=sshape,
         scale_strides=tuple(strides), epsilon=op.epsilon, ir=op)

@@ -264,8 +264,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
 
 
 def rms_product_name(p: RmsNormPlan) -> str:
-    """The scale multiply runs in float64 when either operand is float64, else in float32 (as NumPy)."""
-    return "f64" if "f64" in (p.x.name, p.scale.name) else "f32"
+    return p.product.name
 
 
 def rms_context(p: RmsNormPlan) -> dict[str, Any]:
@@ -284,8 +283,8 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     y_fast = ("return (uint16_t)(rg_rms_bf16_carry(v) >> 16);" if (p.y.name, product) == ("bf16", "f32")
               else f"return rg_store_{product}_{p.y.name}(v);")
     fast = "rg_rms_bf16_carry" in norm_fast + y_fast
-    padded = (1,) * (len(p.norm_shape) - len(p.scale_shape)) + p.scale_shape
-    stash_eps = float(np.asarray(p.epsilon, dtype=p.stash.np_dtype))
+    padded = p.padded_scale_shape
+    stash_eps = p.epsilon_stash
     full_scale = all(st != 0 for st in p.scale_strides) and padded == p.norm_shape
     return dict(
         fn=function_name(p), guard=p.name.upper(), params=params, flags=" ".join(cbuild.PINNED_FLAGS),

@@ -4,7 +4,6 @@ from __future__ import annotations
 import types
 
 from .. import ir
-from ..dtypes import DTYPES
 from ..plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan
 from .base import Backend, Kernel
 
@@ -25,19 +24,12 @@ def _np_type(d) -> str:
     return "np." + d.np_dtype.name
 
 
-def rms_product_type(plan: RmsNormPlan):
-    """The scale multiply runs in float64 when either operand is float64, else in float32."""
-    return DTYPES["f64"] if "f64" in (plan.x.name, plan.scale.name) else DTYPES["f32"]
-
-
 def rms_context(p: RmsNormPlan) -> dict:
-    product = rms_product_type(p)
-    padded = (1,) * (len(p.norm_shape) - len(p.scale_shape)) + p.scale_shape
     return dict(
-        product=product,
-        product_np=_np_type(product),
+        product=p.product,
+        product_np=_np_type(p.product),
         stash_np=_np_type(p.stash),
-        padded_scale_shape=padded,
+        padded_scale_shape=p.padded_scale_shape,
         rows_per_step=max(1, _STEP_BYTES // (p.norm_size * 8)),
     )
 
