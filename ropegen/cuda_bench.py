@@ -110,7 +110,7 @@ def _peers(tokens: int, hq: int, hk: int, d: int, dtype: str, repeats: int, base
         import torch
     except Exception:  # noqa: BLE001 - no torch, no peers
         return rows
-    tdt = {"bf16": torch.bfloat16, "f32": torch.float32, "f16": torch.float16}[dtype]
+    tdt = getattr(torch, DTYPES[dtype].torch)
     q = torch.randn(tokens, hq, d, device="cuda", dtype=tdt)
     k = torch.randn(tokens, hk, d, device="cuda", dtype=tdt)
     pos = torch.arange(tokens, device="cuda")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import numpy as np
 
 from .check import RESERVED
-from .dtypes import from_numpy
+from .dtypes import DTYPES, from_numpy
 
 if TYPE_CHECKING:  # onnx is an optional dependency: imported only when a model is read
     import onnx
@@ -48,8 +48,8 @@ SUPPORTED_OPS = ("RotaryEmbedding", "RMSNormalization")
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # TensorProto.DataType -> ropegen dtype name (only the types these two operators can carry).
-ONNX_DTYPES: dict[int, str] = {1: "f32", 10: "f16", 16: "bf16", 11: "f64", 7: "i64", 6: "i32"}
-_ONNX_TYPE_NAMES = {1: "float", 10: "float16", 16: "bfloat16", 11: "double", 7: "int64", 6: "int32"}
+ONNX_DTYPES: dict[int, str] = {d.onnx: d.name for d in DTYPES.values() if d.name != "u32"}
+_ONNX_TYPE_NAMES = {d.onnx: d.onnx_name for d in DTYPES.values()}
 ROTARY_TYPES = ("f32", "f16", "bf16")          # type constraint T of RotaryEmbedding-23
 RMS_TYPES = ("f32", "f16", "bf16", "f64")      # type constraints T and V of RMSNormalization-23
 STASH_TYPES: dict[int, str] = {1: "f32", 11: "f64"}

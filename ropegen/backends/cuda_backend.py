@@ -43,8 +43,7 @@ class CudaBackend(Backend):
 # array adapters, which the CPU tests exercise with NumPy's DLPack export and fake interfaces.
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_TYPES = {(2, 16): "f16", (2, 32): "f32", (2, 64): "f64", (4, 16): "bf16",
-             (0, 32): "i32", (0, 64): "i64", (1, 32): "u32"}
+_DL_TYPES = {d.dlpack: d.name for d in DTYPES.values()}
 
 
 class _DLDevice(ctypes.Structure):
@@ -248,7 +247,7 @@ def _first_kernel(source: str) -> str:
 
 def _torch_dtype(name: str):
     import torch
-    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}[name]
+    return getattr(torch, DTYPES[name].torch)
 
 
 class _Call:
