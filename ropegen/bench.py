@@ -19,6 +19,7 @@ from . import __version__, cbuild, ir
 from .api import Operator, Program
 from .plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
 from .backends.c_backend import CHUNK_BYTES
+from .inputs import symbol_roles
 from .render import render
 
 # sizes for symbols nobody named, by what the symbol stands for (the issue's Llama-3 shapes)
@@ -103,30 +104,6 @@ def parse_shape(shape: str | dict | None) -> dict[str, Any]:
             raise ValueError(f"bad size '{part}': sizes are >= 0")
     label = str(shape).strip()
     return {"label": label, "sizes": sizes, "positions": positions}
-
-
-def symbol_roles(op: ir.Operator) -> dict[str, str]:
-    """tokens, seq, batch, rows (table rows), sequences or free, for every symbol of an operator."""
-    roles: dict[str, str] = {}
-    if isinstance(op, ir.RopeOp):
-        for t in op.rotated:
-            for d in t.dims:
-                if isinstance(d.size, str) and d.role is not None:
-                    roles.setdefault(d.size, d.role.value)
-        if isinstance(op.angles, ir.TableAngles) and op.positions.kind is not ir.PositionKind.TOKEN:
-            lead = op.tensor(op.angles.cos).axes[0].size
-            if isinstance(lead, str):
-                roles.setdefault(lead, "rows")
-        if op.sequences:
-            s = op.tensor(op.sequences).axes[0].size
-            if isinstance(s, str):
-                roles.setdefault(s, "sequences")
-    for t in op.inputs:
-        for a in t.axes:
-            for d in a.parts:
-                if isinstance(d.size, str):
-                    roles.setdefault(d.size, "free")
-    return roles
 
 
 def _resolve(t: ir.Tensor, sizes: dict[str, int]) -> tuple[int, ...]:

@@ -26,7 +26,7 @@ CASES = (
 )
 
 
-def _symbol_roles(op: ir.Operator) -> dict[str, str]:
+def symbol_roles(op: ir.Operator) -> dict[str, str]:
     """What each symbol stands for: tokens, batch, seq, rows (table rows), sequences, or free."""
     roles: dict[str, str] = {}
     if isinstance(op, ir.RopeOp):
@@ -66,7 +66,7 @@ def _strided_copy(rng: np.random.Generator, a: np.ndarray) -> np.ndarray:
 def make_inputs(op: ir.Operator, case: Case, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs (by name) valid for `op`, sized by `case`."""
     rng = np.random.default_rng(seed)
-    roles = _symbol_roles(op)
+    roles = symbol_roles(op)
     sizes: dict[str, int] = {}
     nseq = max(1, case.batch)
     for sym, role in roles.items():

@@ -12,6 +12,22 @@ from ..render import provenance, render
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
 
+def bind_shape(sym: dict[str, int], name: str, shape: tuple[int, ...], dims: tuple) -> None:
+    """Check a shape against declared dims (ints or symbols), binding each symbol on first sight;
+    the same rule and messages as the generated NumPy modules."""
+    if len(shape) != len(dims):
+        raise ValueError(f"{name}: expected rank {len(dims)} {list(dims)}, got shape {tuple(shape)}")
+    for i, (n, d) in enumerate(zip(shape, dims)):
+        if isinstance(d, int):
+            if n != d:
+                raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
+        elif d in sym:
+            if n != sym[d]:
+                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
+        else:
+            sym[d] = n
+
+
 class Backend(ABC):
     """One hardware target: a small class plus one folder of templates."""
 

@@ -17,7 +17,7 @@ from .. import cbuild, ir
 from ..dtypes import DType
 from ..plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan, TableAnglesPlan
 from ..render import c_double, c_float, render
-from .base import Backend, Kernel
+from .base import Backend, Kernel, bind_shape
 
 # Tokens (rope) or rows (rmsnorm) are handed to threads in chunks of about this many input bytes:
 # small enough to balance two busy cores, large enough that scheduling costs nothing.
@@ -316,17 +316,7 @@ def _bind(sym: dict[str, int], name: str, a: Any, t) -> np.ndarray:
     want = t.dtype.np_dtype
     if a.dtype != want:
         raise ValueError(f"{name}: expected dtype {want.name}, got {a.dtype.name}")
-    if a.ndim != len(t.shape):
-        raise ValueError(f"{name}: expected rank {len(t.shape)} {list(t.shape)}, got shape {a.shape}")
-    for i, (n, d) in enumerate(zip(a.shape, t.shape)):
-        if isinstance(d, int):
-            if n != d:
-                raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
-        else:
-            sym[d] = n
+    bind_shape(sym, name, a.shape, t.shape)
     return a
 
 

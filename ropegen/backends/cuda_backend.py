@@ -17,7 +17,7 @@ import numpy as np
 from .. import cuda_plan, ir, nvrtc
 from ..dtypes import DTYPES, DType, from_numpy
 from ..plan import Plan, RmsNormPlan, RopePlan, TableAnglesPlan
-from .base import Backend, Kernel
+from .base import Backend, Kernel, bind_shape
 
 
 class CudaBackend(Backend):
@@ -179,17 +179,7 @@ def validate(sym: dict, name: str, a: DeviceArray, dtype: DType, dims: tuple) ->
     """dtype and shape of one input, binding symbolic dims on first sight (as the NumPy backend)."""
     if a.dtype != dtype.name:
         raise ValueError(f"{name}: expected dtype {dtype.np_dtype.name}, got {DTYPES[a.dtype].np_dtype.name}")
-    if len(a.shape) != len(dims):
-        raise ValueError(f"{name}: expected rank {len(dims)} {list(dims)}, got shape {a.shape}")
-    for i, (n, d) in enumerate(zip(a.shape, dims)):
-        if isinstance(d, int):
-            if n != d:
-                raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
-        else:
-            sym[d] = n
+    bind_shape(sym, name, tuple(a.shape), dims)
 
 
 def unavailable() -> str | None:
