@@ -10,7 +10,7 @@ from typing import Union
 
 import numpy as np
 
-from . import ir
+from . import exact, ir
 from .diagnostics import Diagnostic, SpecError
 from .dtypes import DTYPES, DType
 
@@ -236,8 +236,19 @@ def block_blocks(width: int, coeff: int) -> tuple[PairBlock, ...]:
     return tuple(PairBlock(nblk, j, 2 * t, j + t, 2 * t, j, 2 * t, j + t, 2 * t, 0) for j in range(t))
 
 
-def _pairing_blocks(p: ir.Pairing, unit: int, rotary_dim: int) -> tuple[tuple[PairBlock, ...], int]:
+def full_width_blocks(p: ir.Pairing, rotary_dim: int) -> tuple[PairBlock, ...]:
+    """Full-width tables (HF's cat / repeat_interleave caches): element e reads column e."""
+    h = rotary_dim // 2
+    if p.kind is ir.PairKind.NEOX:
+        return (PairBlock(h, 0, 1, h, 1, 0, 1, h, 1, 0),)
+    return (PairBlock(h, 0, 2, 1, 2, 0, 2, 1, 2, 0),)
+
+
+def _pairing_blocks(p: ir.Pairing, unit: int, rotary_dim: int,
+                    table_width: int | None) -> tuple[tuple[PairBlock, ...], int]:
     """The pair blocks of one unit and the number of cos/sin columns they read."""
+    if p.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ) and table_width == rotary_dim:
+        return full_width_blocks(p, rotary_dim), rotary_dim
     if p.kind is ir.PairKind.NEOX:
         return neox_blocks(rotary_dim, 0, 0, 0), rotary_dim // 2
     if p.kind is ir.PairKind.GPTJ:
@@ -252,39 +263,38 @@ def _pairing_blocks(p: ir.Pairing, unit: int, rotary_dim: int) -> tuple[tuple[Pa
 # ---------------------------------------------------------------------------------------------
 # frequencies
 
-def base_inv_freq(base: float, dim: int, n: int) -> np.ndarray:
-    """inv_c = base^(-2c/dim) in float64."""
-    return np.power(float(base), -2.0 * np.arange(n, dtype=np.float64) / dim)
+def base_inv_freq(base: float, dim: int, n: int) -> list[exact.Real]:
+    """inv_c = base^(-2c/dim), c < n, at high precision (rounded by the caller, once)."""
+    return [exact.power(base, -2 * c, dim) for c in range(n)]
 
 
-def llama3_inv_freq(inv: np.ndarray, s: ir.Llama3Scaling) -> np.ndarray:
-    wavelen = 2 * math.pi / inv
-    lo_wl = s.original_max_positions / s.low_freq_factor
-    hi_wl = s.original_max_positions / s.high_freq_factor
-    out = np.empty_like(inv)
-    for i, (f, w) in enumerate(zip(inv, wavelen)):
+def llama3_inv_freq(inv: list[exact.Real], s: ir.Llama3Scaling) -> list[exact.Real]:
+    """Llama-3.1 wavelength bands (HF `_compute_llama3_parameters`), in exact arithmetic."""
+    factor, lo_f, hi_f = exact.real(s.factor), exact.real(s.low_freq_factor), exact.real(s.high_freq_factor)
+    old = exact.real(s.original_max_positions)
+    lo_wl, hi_wl = old / lo_f, old / hi_f
+    out = []
+    for f in inv:
+        w = 2 * exact.pi() / f
         if w < hi_wl:
-            out[i] = f
+            out.append(f)
         elif w > lo_wl:
-            out[i] = f / s.factor
+            out.append(f / factor)
         else:
-            if s.high_freq_factor == s.low_freq_factor:
-                sigma = 0.0
-            else:
-                sigma = (s.original_max_positions / w - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-            out[i] = (1 - sigma) * f / s.factor + sigma * f
+            sigma = 0 if hi_f == lo_f else (old / w - lo_f) / (hi_f - lo_f)
+            out.append((1 - sigma) * f / factor + sigma * f)
     return out
 
 
 def ggml_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
                    beta_slow: float) -> tuple[float, float]:
-    """ggml_rope_yarn_corr_dims, evaluated in float32 as ggml does."""
+    """ggml_rope_yarn_corr_dims in float32 as ggml writes it, with logf correctly rounded."""
     f32 = np.float32
-    pi = f32(math.pi)
+    pi = f32(np.pi)
 
     def corr_dim(n_rot: float) -> np.float32:
-        num = f32(n_dims) * np.log(f32(n_ctx_orig) / (f32(n_rot) * f32(2) * pi), dtype=f32)
-        return f32(num / (f32(2) * np.log(f32(base), dtype=f32)))
+        num = f32(n_dims) * exact.logf(f32(n_ctx_orig) / (f32(n_rot) * f32(2) * pi))
+        return f32(num / (f32(2) * exact.logf(f32(base))))
 
     start = np.floor(corr_dim(beta_fast))
     end = np.ceil(corr_dim(beta_slow))
@@ -292,10 +302,8 @@ def ggml_corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float,
 
 
 def ggml_theta_scale(base: float, n_dims: int) -> float:
-    """powf(base, -2.0f/n_dims) as glibc computes it: correctly rounded, which numpy's float32
-    power is not (one ulp off for about a tenth of (base, n_dims) pairs)."""
-    exponent = float(np.float32(-2.0) / np.float32(n_dims))
-    return float(np.float32(float(np.float32(base)) ** exponent))
+    """powf(base, -2.0f/n_dims), correctly rounded (glibc's powf is; numpy's float32 power is not)."""
+    return float(exact.powf(np.float32(base), np.float32(-2.0) / np.float32(n_dims)))
 
 
 def ggml_ramp(low: float, high: float, n: int, ext_factor: float) -> np.ndarray:
@@ -311,8 +319,24 @@ def _ggml_mscale(attn: float, freq_scale: float, yarn: bool) -> float:
     f32 = np.float32
     m = f32(attn)
     if yarn:
-        m = f32(m * (f32(1) + f32(0.1) * np.log(f32(1) / f32(freq_scale), dtype=f32)))
+        m = f32(m * (f32(1) + f32(0.1) * exact.logf(f32(1) / f32(freq_scale))))
     return float(m)
+
+
+def _exact_yarn(inv: list[exact.Real], s: ir.GgmlYarnScaling, dim: int, base: float
+                ) -> tuple[list[exact.Real], exact.Real]:
+    """ggml's YaRN blend as real arithmetic: inv * (fs (1 - ramp) + ramp), and its magnitude factor."""
+    low, high = ggml_corr_dims(dim, s.n_ctx_orig, base, s.beta_fast, s.beta_slow)
+    low_r, span = exact.real(low), max(exact.real("0.001"), exact.real(high) - exact.real(low))
+    fs, ext = exact.real(s.freq_scale), exact.real(s.ext_factor)
+    out = []
+    for c, f in enumerate(inv):
+        ramp = (1 - min(exact.real(1), max(exact.real(0), (c - low_r) / span))) * ext
+        out.append(f * (fs * (1 - ramp) + ramp))
+    gain = exact.real(s.attn_factor)
+    if s.ext_factor != 0:
+        gain *= 1 + exact.real("0.1") * exact.log(1 / fs)
+    return out, gain
 
 
 def _angles(op: ir.RopeOp, n_cols: int) -> AnglesPlan:
@@ -325,7 +349,6 @@ def _angles(op: ir.RopeOp, n_cols: int) -> AnglesPlan:
     dim = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
     s = a.scaling
     if op.numerics is ir.AngleNumerics.GGML:
-        f32 = np.float32
         theta_scale = ggml_theta_scale(a.base, dim)
         if isinstance(s, ir.GgmlYarnScaling):
             fs, ext, attn = s.freq_scale, s.ext_factor, s.attn_factor
@@ -338,18 +361,15 @@ def _angles(op: ir.RopeOp, n_cols: int) -> AnglesPlan:
         return GgmlAngles(theta_scale, float(np.float32(fs)), tuple(float(x) for x in ramp),
                           tuple(float(np.float32(1) - x) for x in ramp), yarn, mscale, a.freq_factors, corr)
     inv = base_inv_freq(a.base, dim, n_cols)
-    magnitude = a.magnitude
+    magnitude = exact.real(a.magnitude)
     if isinstance(s, ir.LinearScaling):
-        inv = inv / s.factor
+        inv = [f / exact.real(s.factor) for f in inv]
     elif isinstance(s, ir.Llama3Scaling):
         inv = llama3_inv_freq(inv, s)
     elif isinstance(s, ir.GgmlYarnScaling):
-        low, high = ggml_corr_dims(dim, s.n_ctx_orig, a.base, s.beta_fast, s.beta_slow)
-        c = np.arange(n_cols, dtype=np.float64)
-        ramp = (1 - np.clip((c - low) / max(0.001, high - low), 0, 1)) * s.ext_factor
-        inv = inv * (s.freq_scale * (1 - ramp) + ramp)
-        magnitude *= s.attn_factor * ((1 + 0.1 * math.log(1 / s.freq_scale)) if s.ext_factor != 0 else 1.0)
-    return ExactAngles(tuple(float(x) for x in inv), float(magnitude), a.freq_factors)
+        inv, gain = _exact_yarn(inv, s, dim, a.base)
+        magnitude *= gain
+    return ExactAngles(tuple(exact.f64(f) for f in inv), exact.f64(magnitude), a.freq_factors)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +398,8 @@ def _plan_rope(op: ir.RopeOp, sha: str) -> RopePlan:
     else:
         unit = head_dim
         rotary = op.rotary_dim
-    blocks, n_cols = _pairing_blocks(op.pairing, unit, rotary)
+    width = int(op.tensor(op.angles.cos).axes[-1].size) if isinstance(op.angles, ir.TableAngles) else None
+    blocks, n_cols = _pairing_blocks(op.pairing, unit, rotary, width)
     passthrough = ((rotary, unit),) if rotary < unit else ()
     rotated_names = {o.source for o in op.outputs}
     inputs = tuple(_tensor_plan(t, unit if t.name in rotated_names else None) for t in op.inputs)

@@ -63,14 +63,19 @@ def _from_canonical(t: ir.Tensor, c: np.ndarray, shape: tuple[int, ...]) -> np.n
     return c.transpose(np.argsort(order)).reshape(shape)
 
 
-def pair_list(op: ir.RopeOp, width: int) -> list[tuple[int, int, int, int, int]]:
-    """(a, b, column for a, column for b, position stream) for every pair of one head of `width`."""
+def pair_list(op: ir.RopeOp, width: int, per_element: bool = False) -> list[tuple[int, int, int, int, int]]:
+    """(a, b, column for a, column for b, position stream) for every pair of one head of `width`.
+
+    `per_element`: a full-width cos/sin table, where element e reads column e (HF's cat and
+    repeat_interleave caches); otherwise pair j reads column j.
+    """
     p, r = op.pairing, op.rotary_dim
     pairs = []
     if p.kind is ir.PairKind.NEOX:
-        pairs = [(j, j + r // 2, j, j, 0) for j in range(r // 2)]
+        pairs = [(j, j + r // 2, j, j + r // 2 if per_element else j, 0) for j in range(r // 2)]
     elif p.kind is ir.PairKind.GPTJ:
-        pairs = [(2 * j, 2 * j + 1, j, j, 0) for j in range(r // 2)]
+        pairs = [(2 * j, 2 * j + 1, 2 * j if per_element else j, 2 * j + 1 if per_element else j, 0)
+                 for j in range(r // 2)]
     elif p.kind is ir.PairKind.GLM2D:
         half = r // 2
         for k in range(2):
@@ -244,7 +249,9 @@ def _rope(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
                 theta = theta / ff
             cs.append((np.cos(theta) * m, np.sin(theta) * m))
     sign = -1.0 if op.direction is ir.Direction.BACKWARD else 1.0
-    pairs = pair_list(op, unit)
+    full_width = (isinstance(a, ir.TableAngles) and op.pairing.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ)
+                  and np.shape(arrays[a.cos])[-1] == op.rotary_dim)
+    pairs = pair_list(op, unit, full_width)
     out = {}
     for o in op.outputs:
         t = op.tensor(o.source)
