@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import cuda_plan, ir, nvrtc
+from .. import aliasing, cuda_plan, ir, nvrtc
 from ..dtypes import DTYPES, DType, from_numpy
 from ..plan import Plan, RmsNormPlan, RopePlan, TableAnglesPlan
 from .base import Backend, Kernel, bind_shape
@@ -92,6 +92,10 @@ class DeviceArray:
     @property
     def c_contiguous(self) -> bool:
         return self.strides == _c_strides(self.shape) or 0 in self.shape
+
+    @property
+    def extent(self) -> aliasing.Extent:
+        return aliasing.Extent(self.ptr, self.shape, tuple(s * self.itemsize for s in self.strides), self.itemsize)
 
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -392,6 +396,9 @@ class _RopeRunner:
                 outs[st.out] = (arrays[[t.name for t in p.inputs].index(st.src)], src)
             else:
                 outs[st.out] = call.empty(src.shape, src.dtype)
+        if inplace:   # freshly allocated outputs cannot overlap anything
+            aliasing.check({n: a.extent for n, a in arrs.items()}, {o: d.extent for o, (_, d) in outs.items()},
+                           {s.out: s.src for s in p.streams})
         cp = call.cupy
         with call.stream:
             err = cp.zeros(1, dtype=np.int32)
