@@ -1,8 +1,14 @@
 """Build C sources into a cached shared library or executable with the system C compiler.
 
-The compiler is $CC or `cc`. Libraries are cached under $XDG_CACHE_HOME/ropegen (else
-~/.cache/ropegen), keyed by the sources, the compiler's identity (`CC --version`) and the flags, and
-written through a temporary file and os.replace so that concurrent builds of one kernel are safe.
+The compiler is $CC or `cc`. Builds are cached under $XDG_CACHE_HOME/ropegen (else ~/.cache/ropegen),
+keyed by the sources, the compiler's identity (`CC --version`) and the flags. Each build goes to a
+temporary file in the cache folder and is published with os.replace, so concurrent builds of one
+kernel are safe and a library some process has mapped is never written in place (that is SIGBUS).
+Next to each build, `<file>.sha256` holds its digest; a build whose bytes no longer match, or a
+library that will not load, is rebuilt once, then reported as a CompilerError.
+Every compiler run (the `--version` identity, the flag probes, the build) is killed after
+ROPEGEN_CC_TIMEOUT seconds when that is set (default: 60 s for `--version`, 120 s for a probe,
+600 s for a build).
 Numerics-changing flags are pinned: ISO C11 (no GNU extensions), no FMA contraction, never
 -ffast-math. -march=native is added only when ROPEGEN_MARCH_NATIVE=1 asks for it.
 """
@@ -10,11 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,10 +34,13 @@ SHARED_FLAGS: tuple[str, ...] = ("-fPIC", "-shared")
 # Sanitizer build of a test driver.
 SANITIZE_FLAGS: tuple[str, ...] = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                                    "-fno-omit-frame-pointer")
+TIMEOUT_ENV = "ROPEGEN_CC_TIMEOUT"
+# A temporary build file this old belongs to a process that died mid-build: nobody will publish it.
+_STALE_TMP_S = 24 * 3600
 
 
 class CompilerError(RuntimeError):
-    """The C compiler is missing or rejected a generated source."""
+    """The C compiler is missing, hangs, rejected a generated source or built something unusable."""
 
 
 def compiler() -> list[str]:
@@ -44,13 +56,54 @@ def _require(cmd: list[str]) -> None:
         raise CompilerError(f"C compiler '{cmd[0]}' not found; install one (e.g. gcc) or point CC at it")
 
 
+def _timeout(default: float) -> float:
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise CompilerError(f"{TIMEOUT_ENV} must be a positive number of seconds, not '{raw}'")
+    return seconds
+
+
+def _run(argv: list[str], default_timeout: float, what: str) -> subprocess.CompletedProcess:
+    """Run one compiler command; a hang is killed, with whatever it started, and reported."""
+    seconds = _timeout(default_timeout)
+    try:
+        # A session of its own so that a timeout kills the whole group: `cc` is a driver whose
+        # cc1 / ld children would otherwise run on.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
+    except OSError as exc:
+        raise CompilerError(f"C compiler '{argv[0]}' cannot be run: {exc}") from None
+    with proc:
+        try:
+            out, err = proc.communicate(timeout=seconds)
+        except BaseException as exc:
+            _kill_group(proc)
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise CompilerError(f"C compiler '{argv[0]}' did not finish {what} within {seconds:g} s "
+                                    f"(set {TIMEOUT_ENV} to allow longer)") from None
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    # Only wait for the process: a grandchild that escaped the group may still hold the pipes open.
+    proc.wait()
+
+
 @lru_cache(maxsize=None)
 def _identity(cmd: tuple[str, ...]) -> str:
     _require(list(cmd))
-    try:
-        r = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60)
-    except OSError as exc:
-        raise CompilerError(f"C compiler '{cmd[0]}' cannot be run: {exc}") from None
+    r = _run([*cmd, "--version"], 60, "'--version'")
     return (r.stdout + r.stderr).strip()
 
 
@@ -65,11 +118,7 @@ def _supports(cmd: tuple[str, ...], flag: str) -> bool:
     with tempfile.TemporaryDirectory(prefix="ropegen-probe-") as d:
         src = Path(d) / "probe.c"
         src.write_text("int main(void) { return 0; }\n", encoding="utf-8")
-        try:
-            r = subprocess.run([*cmd, "-std=c11", flag, str(src), "-o", str(Path(d) / "probe")],
-                               capture_output=True, text=True, timeout=120)
-        except OSError:
-            return False
+        r = _run([*cmd, "-std=c11", flag, str(src), "-o", str(Path(d) / "probe")], 120, f"the {flag} probe")
         return r.returncode == 0
 
 
@@ -119,35 +168,90 @@ def _compile(sources: dict[str, str], flags: tuple[str, ...], target: Path) -> N
             (Path(d) / name).write_text(text, encoding="utf-8")
         cfiles = [str(Path(d) / n) for n in sorted(sources) if n.endswith(".c")]
         argv = [*cmd, *flags, "-I", d, *cfiles, "-o", str(target), "-lm"]
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        except OSError as exc:
-            raise CompilerError(f"C compiler '{cmd[0]}' cannot be run: {exc}") from None
+        r = _run(argv, 600, f"building {', '.join(sorted(sources))}")
         if r.returncode != 0:
             raise CompilerError(f"C compiler failed ({' '.join(cmd)} {' '.join(flags)}):\n{r.stderr.strip()}")
 
 
+def _sum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _intact(path: Path) -> bool:
+    """Whether the cached build exists and still has the digest recorded when it was built."""
+    try:
+        recorded = _sum_path(path).read_text(encoding="ascii").strip()
+        data = path.read_bytes()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(data) and hashlib.sha256(data).hexdigest() == recorded
+
+
+def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _publish(sources: dict[str, str], flags: tuple[str, ...], path: Path) -> None:
+    """Build into a temporary file beside `path`, then publish the digest and the build by rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        _compile(sources, flags, Path(tmp))
+        try:
+            data = Path(tmp).read_bytes()
+        except OSError:
+            data = b""
+        if not data:
+            raise CompilerError(f"C compiler '{compiler()[0]}' reported success but wrote nothing for {path.name}")
+        os.chmod(tmp, 0o755)
+        # The digest goes first: whoever then sees the new build also sees its digest (a compiler
+        # gives the same bytes for the same key, so a concurrent builder's digest fits as well).
+        _write_atomic(_sum_path(path), hashlib.sha256(data).hexdigest().encode("ascii") + b"\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _sweep(folder: Path) -> None:
+    """Delete temporary build files that processes killed mid-build left behind."""
+    now = time.time()
+    for p in folder.glob(".*.tmp"):
+        try:
+            if now - p.stat().st_mtime > _STALE_TMP_S:
+                p.unlink()
+        except OSError:
+            pass  # gone already, or another process's
+
+
+# What each cached path was built from, so that load_library can rebuild a library that will not load.
+_RECIPES: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+
+
 def build(sources: dict[str, str], name: str, *, shared: bool = True, extra_flags: tuple[str, ...] = (),
           flags: tuple[str, ...] | None = None) -> Path:
-    """The cached build of `sources` (a shared library, or an executable with shared=False)."""
+    """The cached build of `sources` (a shared library, or an executable with shared=False); a
+    cached file that is missing or no longer matches its recorded digest is built again."""
     if flags is None:
         flags = build_flags(extra_flags) + (SHARED_FLAGS if shared else ())
+    flags = tuple(flags)
     kind = "so" if shared else "exe"
     key = cache_key(sources, flags, kind)
     out_dir = cache_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / (f"{name}-{key}.so" if shared else f"{name}-{key}")
-    if path.is_file():
-        return path
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=out_dir)
-    os.close(fd)
-    try:
-        _compile(sources, flags, Path(tmp))
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    _RECIPES[str(path)] = (dict(sources), flags)
+    if not _intact(path):
+        _sweep(out_dir)
+        _publish(sources, flags, path)
     return path
 
 
@@ -155,11 +259,30 @@ _LOADED: dict[str, ctypes.CDLL] = {}
 
 
 def load_library(path: Path) -> ctypes.CDLL:
-    """Load (once per process) a built shared library."""
+    """Load (once per process) a built shared library. One that build() made but that is damaged
+    or will not load is deleted and built once more; if that fails too, CompilerError."""
+    path = Path(path)
     key = str(path)
-    if key not in _LOADED:
-        _LOADED[key] = ctypes.CDLL(key)
-    return _LOADED[key]
+    if key in _LOADED:
+        return _LOADED[key]
+    recipe = _RECIPES.get(key)
+    rebuilt = False
+    if recipe is not None and not _intact(path):
+        _publish(*recipe, path)
+        rebuilt = True
+    while True:
+        try:
+            _LOADED[key] = ctypes.CDLL(key)
+            return _LOADED[key]
+        except OSError as exc:
+            if recipe is None or rebuilt:
+                again = " after a rebuild" if rebuilt else ""
+                raise CompilerError(f"the built library {path.name} cannot be loaded{again}: {exc}") from None
+        # Deleted first so that a rebuild that fails leaves no library known to be bad.
+        path.unlink(missing_ok=True)
+        _sum_path(path).unlink(missing_ok=True)
+        _publish(*recipe, path)
+        rebuilt = True
 
 
 @lru_cache(maxsize=1)

@@ -183,7 +183,10 @@ def _reference_map(op) -> dict[int, tuple]:
     p: RopePlan = op.plan
     sign = -1 if p.ir.direction is ir.Direction.BACKWARD else 1
     out = {}
-    for a, b, ca, cb, k in reference.pair_list(p.ir, p.unit):
+    a_ir = p.ir.angles
+    full = (isinstance(a_ir, ir.TableAngles) and p.ir.pairing.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ)
+            and p.ir.tensor(a_ir.cos).axes[-1].size == p.ir.rotary_dim)
+    for a, b, ca, cb, k in reference.pair_list(p.ir, p.unit, full):
         # y_a = x_a cos - sign x_b sin;  y_b = x_b cos + sign x_a sin
         out[a] = (b, ca, sign < 0, k)
         out[b] = (a, cb, sign > 0, k)
@@ -502,6 +505,18 @@ extern "C" void launch_{k.name}(unsigned gx, unsigned gy, unsigned bx, void** a)
 
 _HOST_DIR = None
 _HOST_LIBS: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_host_dir():
+    """The host builds' scratch folder goes when this module's tests are done (the libraries
+    stay mapped: unlinking a loaded .so is safe)."""
+    yield
+    global _HOST_DIR
+    if _HOST_DIR is not None:
+        shutil.rmtree(_HOST_DIR, ignore_errors=True)
+        _HOST_DIR = None
+        _HOST_LIBS.clear()
 
 
 def _host_build(source: str, kernels, tag: str, threaded: bool = False) -> ctypes.CDLL:

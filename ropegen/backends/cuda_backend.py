@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import atexit
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -224,6 +226,8 @@ class _Module:
                 compiled = nvrtc.compile_source(source, f"sm_{arch}", name=name, strict=False)
                 if cls._dir is None:
                     cls._dir = tempfile.mkdtemp(prefix="ropegen-cubin-")
+                    # Kept while the process lives: CuPy may load a module's cubin again from its path.
+                    atexit.register(shutil.rmtree, cls._dir, ignore_errors=True)
                 path = os.path.join(cls._dir, f"{name}.{arch}.{hashlib.sha256(source.encode()).hexdigest()[:16]}.cubin")
                 with open(path, "wb") as f:
                     f.write(compiled.binary)
