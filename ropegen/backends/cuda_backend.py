@@ -6,9 +6,9 @@ error word) imports CuPy only when an operator is loaded.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
-import atexit
 import os
 import shutil
 import tempfile
