@@ -12,6 +12,8 @@ from typing import Callable
 
 from . import ast as A
 from . import ir
+from .check_angles import AngleChecks
+from .check_limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, name_too_long
 from .diagnostics import Collector, Loc, did_you_mean
 from .dtypes import DTYPES, FLOAT_NAMES
 
@@ -26,12 +28,6 @@ RESERVED = frozenset(keyword.kwlist) | frozenset(
     "np check auto break case char const continue default do double else enum extern float for goto if inline "
     "int long register restrict return short signed sizeof static struct switch typedef union unsigned void "
     "volatile while bool true false half size_t int32_t int64_t uint16_t uint32_t".split())
-SCALING_ARGS = {
-    "none": (),
-    "linear": ("factor",),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_positions"),
-    "ggml_yarn": ("freq_scale", "ext_factor", "attn_factor", "beta_fast", "beta_slow", "n_ctx_orig"),
-}
 
 
 class _Bad(Exception):
@@ -47,6 +43,10 @@ def check(spec: A.SpecNode) -> ir.Spec:
         c.error("C035", "the spec declares no operator", Loc(spec.file, 1, 1),
                 "start with e.g. `rope my_rope { ... }` or `rmsnorm my_norm { ... }`")
     for node in spec.operators:
+        too_long = name_too_long(node.name)
+        if too_long:
+            c.error("C037", too_long, node.name_loc, "operator names become file names: shorten it")
+            continue
         if node.name in seen:
             c.error("C002", f"operator '{node.name}' is declared twice", node.name_loc,
                     f"the first one is at line {seen[node.name].line}")
@@ -61,10 +61,10 @@ def check(spec: A.SpecNode) -> ir.Spec:
             ops.append(op)
     c.raise_if_any(spec.source)
     digest = hashlib.sha256(spec.source.encode("utf-8")).hexdigest()
-    return ir.Spec(spec.file, digest, tuple(ops))
+    return ir.Spec(spec.file, digest, tuple(ops), c.sorted_warnings())
 
 
-class _OperatorChecker:
+class _OperatorChecker(AngleChecks):
     def __init__(self, c: Collector, node: A.OperatorNode):
         self.c = c
         self.node = node
@@ -72,10 +72,17 @@ class _OperatorChecker:
         self.broken: set[str] = set()   # inputs whose declaration already has an error
         self.used: set[str] = set()
         self.settings: dict[str, A.SettingNode] = {}
+        self.axis_locs: dict[str, tuple[Loc, ...]] = {}   # where each input's axes are written
 
     # -- helpers -------------------------------------------------------------------------
     def err(self, code: str, msg: str, loc: Loc, hint: str | None = None) -> None:
         self.c.error(code, msg, loc, hint)
+
+    def warn(self, code: str, msg: str, loc: Loc, hint: str | None = None) -> None:
+        self.c.warn(code, msg, loc, hint)
+
+    def axis_loc(self, tensor: str, axis: int) -> Loc:
+        return self.axis_locs[tensor][axis]
 
     def fail(self, code: str, msg: str, loc: Loc, hint: str | None = None):
         self.err(code, msg, loc, hint)
@@ -113,7 +120,10 @@ class _OperatorChecker:
                 self.broken.add(inp.name)
 
     def check_name(self, name: str, loc: Loc) -> None:
-        if name in RESERVED or name.startswith("_"):
+        too_long = name_too_long(name)
+        if too_long:
+            self.err("C037", too_long, loc, "tensor names become identifiers in generated code: shorten it")
+        elif name in RESERVED or name.startswith("_"):
             self.err("C036", f"'{name}' cannot name a tensor: it is reserved in a generated language", loc,
                      f"rename it, e.g. '{name.lstrip('_')}_t'")
 
@@ -123,6 +133,7 @@ class _OperatorChecker:
             self.fail("C004", f"unknown dtype '{ty.dtype}'", ty.dtype_loc, did_you_mean(ty.dtype, DTYPES))
         axes = []
         roles_seen: set[ir.Role] = set()
+        elements = 1   # product of the fixed extents so far
         for ax in ty.axes:
             parts = []
             for d in ax.parts:
@@ -136,8 +147,8 @@ class _OperatorChecker:
                         self.fail("C033", f"'{d.label}' labels two dimensions of '{inp.name}'",
                                   d.label_loc or d.loc)
                     roles_seen.add(role)
-                if isinstance(d.size, int) and d.size == 0:
-                    self.fail("C029", "a dimension must have a positive size", d.loc)
+                if isinstance(d.size, int):
+                    elements = self.fixed_extent(inp.name, d, role, elements)
                 if len(ax.parts) > 1 and not isinstance(d.size, int) and role not in (ir.Role.BATCH, ir.Role.SEQ, ir.Role.TOKENS):
                     self.fail("C027", "inside a merged axis '( ... )' every size but a token dim must be an integer",
                               d.loc)
@@ -145,7 +156,21 @@ class _OperatorChecker:
             if len(ax.parts) > 1 and sum(not isinstance(p.size, int) for p in parts) > 0:
                 self.fail("C027", "a merged axis '( ... )' needs integer sizes", ax.loc)
             axes.append(ir.Axis(tuple(parts)))
+        self.axis_locs[inp.name] = tuple(ax.loc for ax in ty.axes)
         return ir.Tensor(inp.name, DTYPES[ty.dtype], tuple(axes), inp.loc)
+
+    def fixed_extent(self, tensor: str, d: A.DimNode, role: ir.Role | None, elements: int) -> int:
+        """Bound one fixed extent; returns the tensor's fixed element count including it."""
+        if d.size == 0:
+            self.fail("C029", "a dimension must have a positive size", d.loc)
+        if role is ir.Role.HEAD_DIM and d.size > MAX_HEAD_DIM:
+            self.fail("C029", f"head_dim {d.size} is above the limit {MAX_HEAD_DIM}", d.loc)
+        elements *= d.size
+        if elements > MAX_FIXED_ELEMENTS:
+            self.fail("C029", f"the fixed dimensions of '{tensor}' hold more than "
+                      f"2^{MAX_FIXED_ELEMENTS.bit_length() - 1} elements", d.loc,
+                      "generated code counts elements in 64 bits; no machine holds this many")
+        return elements
 
     def setting(self, key: str) -> A.SettingNode | None:
         return self.settings.get(key)
@@ -428,7 +453,13 @@ class _OperatorChecker:
         if s is None:
             return ir.Positions(ir.PositionKind.TOKEN)
         v = s.value
-        if isinstance(v, A.Word) and v.name == "in_sequence":
+        if isinstance(v, A.Call) and v.name == "in_sequence" and v.args:
+            a = v.args[0]
+            what = f"'{a.name}'" if a.name else "a positional argument"
+            self.fail("C010", f"in_sequence takes no arguments, not {what}", a.loc,
+                      "write `positions = in_sequence` with `sequences = SEQLEN`; positions from an offset "
+                      "are arange(start = ...)")
+        if isinstance(v, (A.Word, A.Call)) and v.name == "in_sequence":
             if sequences is None:
                 self.fail("C030", "positions = in_sequence needs `sequences = SEQLEN`", v.loc)
             return ir.Positions(ir.PositionKind.IN_SEQUENCE)
@@ -463,113 +494,6 @@ class _OperatorChecker:
         self.fail("C009", f"unknown positions form '{name}'", v.loc,
                   did_you_mean(name, ("in_sequence", "arange", "glm2d")) or
                   "an integer input, in_sequence, arange(start=, pad=), glm2d(start=, pad=, first_seqlen=)")
-
-    def angles(self, first: ir.Tensor, pairing: ir.Pairing, rotary_dim: int, positions: ir.Positions,
-               head_dim: int) -> ir.Angles:
-        s = self.require("angles")
-        v = s.value
-        if not isinstance(v, (A.Word, A.Call)):
-            self.fail("C008", "angles must be table(...) or computed(...)", v.loc)
-        if not isinstance(v, A.Call) or v.name not in ("table", "computed"):
-            name = v.name
-            self.fail("C009", f"unknown angle source '{name}'", v.loc,
-                      did_you_mean(name, ("table", "computed")) or "table(cos=, sin=) or computed(base=, ...)")
-        if v.name == "table":
-            args = self.call_args(v, ("cos", "sin"), ("cos", "sin"), ("cos", "sin"))
-            cos = self.ref(args["cos"], "cos")
-            sin = self.ref(args["sin"], "sin")
-            if cos.name == sin.name:
-                self.fail("C018", "cos and sin must be two different inputs", args["sin"].loc)
-            self.check_tables(cos, sin, first, pairing, rotary_dim, positions, head_dim, v.loc)
-            return ir.TableAngles(cos.name, sin.name)
-        args = self.call_args(v, ("base", "scaling", "freq_factors", "magnitude"), ("base",))
-        base = self.number(args["base"], "base", positive=True)
-        if base == 1:
-            self.fail("C029", "base must not be 1 (every frequency would be 1)", args["base"].loc)
-        scaling = self.scaling(args["scaling"]) if "scaling" in args else ir.NoScaling()
-        ff = None
-        if "freq_factors" in args:
-            t = self.ref(args["freq_factors"], "freq_factors")
-            n = rotary_dim // 2
-            if not t.dtype.is_float or [a.size for a in t.axes] != [n]:
-                self.fail("C018", f"freq_factors '{t.name}' must be a float tensor [{n}] (rotary_dim/2)", t.loc)
-            if pairing.kind is ir.PairKind.GLM2D:
-                self.fail("C030", "freq_factors are not defined for glm2d pairing", args["freq_factors"].loc)
-            ff = t.name
-        magnitude = self.number(args["magnitude"], "magnitude", positive=True) if "magnitude" in args else 1.0
-        if positions.kind is ir.PositionKind.TOKEN:
-            self.fail("C030", "computed angles need positions", v.loc,
-                      "add `positions = POS` (an integer input), arange(...), in_sequence or glm2d(...)")
-        return ir.ComputedAngles(base, scaling, ff, magnitude)
-
-    def scaling(self, v: A.Value) -> ir.Scaling:
-        if isinstance(v, A.Word) and v.name == "none":
-            return ir.NoScaling()
-        if not isinstance(v, (A.Word, A.Call)):
-            self.fail("C008", "scaling must be a word or a call such as linear(factor = 2)", v.loc)
-        if not isinstance(v, A.Call) or v.name not in SCALING_ARGS:
-            name = v.name
-            self.fail("C009", f"unknown scaling '{name}'", v.loc, did_you_mean(name, SCALING_ARGS))
-        if v.name == "none":
-            self.call_args(v, (), ())
-            return ir.NoScaling()
-        names = SCALING_ARGS[v.name]
-        defaults = {"ggml_yarn": {"ext_factor": None, "attn_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}
-        opt = defaults.get(v.name, {})
-        args = self.call_args(v, names, tuple(n for n in names if n not in opt))
-        vals = {}
-        for n in names:
-            if n not in args:
-                vals[n] = opt[n]
-                continue
-            integer = n in ("original_max_positions", "n_ctx_orig")
-            positive = n not in ("ext_factor",)
-            vals[n] = self.number(args[n], n, integer=integer, positive=positive, nonneg=not positive)
-        if v.name == "linear":
-            return ir.LinearScaling(vals["factor"])
-        if v.name == "llama3":
-            if vals["high_freq_factor"] < vals["low_freq_factor"]:
-                self.fail("C029", "high_freq_factor must be at least low_freq_factor", v.loc)
-            return ir.Llama3Scaling(vals["factor"], vals["low_freq_factor"], vals["high_freq_factor"],
-                                    int(vals["original_max_positions"]))
-        if vals["ext_factor"] is None:
-            vals["ext_factor"] = 0.0
-        return ir.GgmlYarnScaling(vals["freq_scale"], vals["ext_factor"], vals["attn_factor"],
-                                  vals["beta_fast"], vals["beta_slow"], int(vals["n_ctx_orig"]))
-
-    def check_tables(self, cos: ir.Tensor, sin: ir.Tensor, first: ir.Tensor, pairing: ir.Pairing,
-                     rotary_dim: int, positions: ir.Positions, head_dim: int, loc: Loc) -> None:
-        for t in (cos, sin):
-            if not t.dtype.is_float:
-                self.fail("C019", f"table '{t.name}' must have a float dtype", t.loc)
-        if [a.size for a in cos.axes] != [a.size for a in sin.axes] or cos.dtype != sin.dtype:
-            self.fail("C018", f"'{cos.name}' and '{sin.name}' must have the same shape and dtype", sin.loc)
-        if not cos.axes:
-            self.fail("C018", f"table '{cos.name}' needs at least one dimension", cos.loc)
-        width = cos.axes[-1].size
-        if not isinstance(width, int):
-            self.fail("C018", f"the last dimension of '{cos.name}' (its width) must be an integer", cos.loc)
-        lead = [a.size for a in cos.axes[:-1]]
-        tokens = [d.size for d in first.token_dims]
-        if positions.kind is ir.PositionKind.TOKEN:
-            if lead != tokens:
-                self.fail("C018", f"without positions, '{cos.name}' holds one row per token: expected "
-                          f"[{', '.join(map(str, tokens + [width]))}]", cos.loc,
-                          "or give `positions = ...` to gather rows")
-        elif len(lead) != 1:
-            self.fail("C018", f"'{cos.name}' is indexed by position: expected [ROWS, {width}]", cos.loc)
-        if pairing.kind is ir.PairKind.BLOCK:
-            c = pairing.coeff
-            if head_dim % width:
-                self.fail("C018", f"table width {width} must divide head_dim {head_dim}", cos.loc)
-            if c is None or c < 2 or c % 2 or width % c:
-                self.fail("C020", f"block coeff {c} must be even and divide the table width {width}",
-                          self.settings["pairing"].value.loc, "ATB allows 2, 4, W/2 and W")
-        else:
-            need = rotary_dim // 2 if pairing.kind is not ir.PairKind.GLM2D else rotary_dim // 4
-            if width < need:
-                self.fail("C018", f"table '{cos.name}' is {width} wide; the rotation needs {need} columns",
-                          cos.loc, "rotary_dim/2 columns for neox and gptj")
 
     def rmsnorm(self) -> ir.RmsNormOp:
         if self.broken:

@@ -16,20 +16,33 @@ class Loc:
     end_column: int | None = None
 
 
+def source_lines(source: str) -> list[str]:
+    """The lines of a spec as the parser numbers them: only \\n breaks a line (str.splitlines would
+    also break at \\f, \\v, \\r, \\x1c-\\x1e, \\x85, \\u2028, \\u2029 and shift every later line)."""
+    return source.split("\n")
+
+
+def _printable(text: str) -> str:
+    """One visible column per character, so the caret stays under the parser's column: a tab, a
+    lone \\r or a \\u2028 printed raw would move the cursor or break the quoted line."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     code: str
     message: str
     loc: Loc
     hint: str | None = None
+    severity: str = "error"   # "warning": reported, but the spec still checks
 
     def render(self, source: str | None) -> str:
-        head = f"{self.loc.file}:{self.loc.line}:{self.loc.column}: error[{self.code}]: {self.message}"
+        head = f"{self.loc.file}:{self.loc.line}:{self.loc.column}: {self.severity}[{self.code}]: {self.message}"
         lines = [head]
         if source is not None:
-            src_lines = source.split("\n")   # the parser counts only \n as a line break
+            src_lines = source_lines(source)
             if 1 <= self.loc.line <= len(src_lines):
-                text = src_lines[self.loc.line - 1].rstrip("\r").expandtabs(1)
+                text = _printable(src_lines[self.loc.line - 1].rstrip("\r"))
                 width = 1
                 if self.loc.end_column and self.loc.end_column > self.loc.column:
                     width = self.loc.end_column - self.loc.column
@@ -58,9 +71,16 @@ class Collector:
 
     file: str
     items: list[Diagnostic] = field(default_factory=list)
+    warnings: list[Diagnostic] = field(default_factory=list)
 
     def error(self, code: str, message: str, loc: Loc, hint: str | None = None) -> None:
         self.items.append(Diagnostic(code, message, loc, hint))
+
+    def warn(self, code: str, message: str, loc: Loc, hint: str | None = None) -> None:
+        self.warnings.append(Diagnostic(code, message, loc, hint, "warning"))
+
+    def sorted_warnings(self) -> tuple[Diagnostic, ...]:
+        return tuple(sorted(self.warnings, key=lambda d: (d.loc.line, d.loc.column)))
 
     def raise_if_any(self, source: str) -> None:
         if self.items:

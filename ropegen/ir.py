@@ -238,3 +238,4 @@ class Spec:
     file: str
     sha256: str
     operators: tuple[Operator, ...]
+    warnings: tuple = ()      # Diagnostics of severity "warning": reported, but the spec checks

@@ -6,8 +6,12 @@ from functools import lru_cache
 from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast as A
-from .diagnostics import Diagnostic, Loc, SpecError
+from .diagnostics import Diagnostic, Loc, SpecError, source_lines
 from .resources import grammar_path
+
+# The LALR parser itself keeps its stack on the heap, but building and checking the tree recurses
+# once per bracket: a bound far above any real spec keeps that well inside Python's recursion limit.
+MAX_NESTING = 32
 
 # Human names for the grammar's terminals, used in "expected ..." messages.
 _TERMINAL_NAMES = {
@@ -58,7 +62,7 @@ def _syntax_diagnostic(exc: UnexpectedInput, source: str, file: str) -> Diagnost
         return Diagnostic("P001", f"unexpected character {ch!r}", Loc(file, exc.line, exc.column),
                           "names are letters, digits and '_'; comments start with '#'")
     if isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
-        lines = source.splitlines() or [""]
+        lines = source_lines(source.rstrip())   # just after the last thing written, not on a blank line
         line = len(lines)
         col = len(lines[-1]) + 1
         expected = getattr(exc, "expected", None) or getattr(exc, "accepts", None) or []
@@ -81,6 +85,14 @@ class _Builder:
     def loc(self, x) -> Loc:
         return _loc(self.file, x)
 
+    def nest(self, depth: int, opener) -> int:
+        """The depth inside one more bracket; P005 at the first bracket past MAX_NESTING."""
+        depth += 1
+        if depth > MAX_NESTING:
+            raise SpecError([Diagnostic("P005", "brackets nested too deep", self.loc(opener),
+                                        f"at most {MAX_NESTING} levels of '(' and '[' may be nested")])
+        return depth
+
     def operator(self, t: Tree) -> A.OperatorNode:
         kind, name, *items = t.children
         inputs, outputs, settings = [], [], []
@@ -102,11 +114,12 @@ class _Builder:
         axes = tuple(self.axis(d) for d in dims if d is not None)
         return A.TensorTypeNode(str(dtype), self.loc(dtype), axes, self.loc(t.meta))
 
-    def axis(self, d: Tree) -> A.AxisNode:
+    def axis(self, d: Tree, depth: int = 1) -> A.AxisNode:
         if d.data == "merged_dim":
+            depth = self.nest(depth, d.meta)
             parts = []
             for c in d.children:
-                sub = self.axis(c)
+                sub = self.axis(c, depth)
                 parts.extend(sub.parts)
             return A.AxisNode(tuple(parts), self.loc(d.meta))
         return A.AxisNode((self.dim(d),), self.loc(d.meta))
@@ -126,7 +139,7 @@ class _Builder:
                                         "sizes must fit in 64 bits")])
         return int(tok)
 
-    def value(self, v) -> A.Value:
+    def value(self, v, depth: int = 0) -> A.Value:
         data = v.data
         if data == "number":
             tok = v.children[0]
@@ -139,17 +152,19 @@ class _Builder:
             return A.Word(str(tok), self.loc(tok))
         if data == "call":
             name, *args = v.children
+            depth = self.nest(depth, name)
             built = []
             for a in args:
                 if a is None:
                     continue
                 if a.data == "kwarg":
                     k, val = a.children
-                    built.append(A.Arg(str(k), self.value(val), self.loc(k)))
+                    built.append(A.Arg(str(k), self.value(val, depth), self.loc(k)))
                 else:
-                    val = self.value(a.children[0])
+                    val = self.value(a.children[0], depth)
                     built.append(A.Arg(None, val, val.loc))
             return A.Call(str(name), tuple(built), self.loc(name))
         if data == "list":
-            return A.ListValue(tuple(self.value(c) for c in v.children if c is not None), self.loc(v.meta))
+            depth = self.nest(depth, v.meta)
+            return A.ListValue(tuple(self.value(c, depth) for c in v.children if c is not None), self.loc(v.meta))
         raise AssertionError(f"unknown value node {data}")
