@@ -466,11 +466,14 @@ def _rope_params(p: RopePlan, streams: tuple[StreamCfg, ...], strided: bool) -> 
     pos = p.positions
 
     def lead(name: str, n: int) -> list[tuple]:
-        """(b, s) stride sources of a tensor whose first n axes are the token dims."""
+        """(b, s) stride sources of a tensor whose first n axes are the token dims, in the memory
+        order of the rotated tensors' token dims ([seq, batch] when the plan's token order is "sb")."""
         rank = len(p.ir.tensor(name).axes)
         if n == 1:
             return [("zero",), ("axis_stride", name, 0)]
         assert rank >= 2
+        if p.token_order == "sb":
+            return [("axis_stride", name, 1), ("axis_stride", name, 0)]
         return [("axis_stride", name, 0), ("axis_stride", name, 1)]
 
     n_token_dims = 1 if p.token_layout == "t" else 2

@@ -134,6 +134,8 @@ class RopePlan:
     inputs: tuple[TensorPlan, ...]
     streams: tuple[StreamPlan, ...]
     token_layout: str              # "bs" (batch, seq) or "t" (packed tokens)
+    token_order: str               # memory order of the token dims of positions and per-token tables:
+                                   # "bs" (batch outer, or packed tokens) or "sb" (seq outer: SBHD)
     storage: DType
     compute: DType                 # arithmetic type (storage compute: the storage type)
     compute_storage_rounding: bool
@@ -409,13 +411,14 @@ def _plan_rope(op: ir.RopeOp, sha: str) -> RopePlan:
     else:
         compute = DTYPES[op.compute.value]
     token_layout = "t" if first.role_dim(ir.Role.TOKENS) is not None else "bs"
+    token_order = "sb" if [d.role for d in first.token_dims] == [ir.Role.SEQ, ir.Role.BATCH] else "bs"
     pos_dtype = None
     if op.positions.kind is ir.PositionKind.IDS:
         pos_dtype = op.tensor(op.positions.ids).dtype
     return RopePlan(
         name=op.name, spec_sha256=sha, inputs=inputs,
         streams=tuple(StreamPlan(o.name, o.source, o.rotate) for o in op.outputs),
-        token_layout=token_layout, storage=storage, compute=compute,
+        token_layout=token_layout, token_order=token_order, storage=storage, compute=compute,
         compute_storage_rounding=op.compute is ir.Compute.STORAGE,
         unit=unit, head_dim=head_dim, rotary_dim=rotary, blocks=blocks, passthrough=passthrough,
         n_cols=n_cols, n_streams=op.positions.streams, positions=op.positions, position_dtype=pos_dtype,

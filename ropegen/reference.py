@@ -95,19 +95,47 @@ def pair_list(op: ir.RopeOp, width: int, per_element: bool = False) -> list[tupl
     return pairs
 
 
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def by_token(op: ir.RopeOp, a: np.ndarray, B: int, S: int) -> np.ndarray:
+    """A per-token array (positions, or a table with one row per token) as [B, S, ...].
+
+    Such an array is declared with the token dims of the first rotated tensor in its memory order
+    ([batch, seq], [seq, batch] or [tokens]); its axes are found by their labels.
+    """
+    roles = [d.role for d in op.rotated[0].token_dims]
+    a = np.asarray(a)
+    if roles == [ir.Role.TOKENS]:
+        return a.reshape((1, S) + a.shape[1:])
+    size = {ir.Role.BATCH: B, ir.Role.SEQ: S}
+    a = a.reshape(tuple(size[r] for r in roles) + a.shape[len(roles):])
+    return np.moveaxis(a, [roles.index(ir.Role.BATCH), roles.index(ir.Role.SEQ)], [0, 1])
+
+
+def _fits(*values: int) -> bool:
+    return all(INT64_MIN <= v <= INT64_MAX for v in values)
+
+
 def position_streams(op: ir.RopeOp, arrays: dict[str, np.ndarray], B: int, S: int) -> list[np.ndarray]:
-    """Each position stream as [B, S] int64, from the operator's definition."""
+    """Each position stream as [B, S] int64, from the operator's definition.
+
+    arange / glm2d positions are integers: every formula of their definition (every branch, for
+    every token) must fit in int64, else ValueError; nothing wraps around.
+    """
     pos = op.positions
 
     def scalar(v):
         return int(v) if isinstance(v, int) else int(np.asarray(arrays[v]).reshape(()))
 
     if pos.kind is ir.PositionKind.IDS:
-        return [np.asarray(arrays[pos.ids]).astype(np.int64).reshape(B, S)]
+        return [by_token(op, np.asarray(arrays[pos.ids]).astype(np.int64), B, S)]
     if pos.kind is ir.PositionKind.TOKEN:
         return [np.arange(B * S).reshape(B, S)]
     if pos.kind is ir.PositionKind.IN_SEQUENCE:
-        lens = np.asarray(arrays[op.sequences]).astype(np.int64)
+        lens = [int(n) for n in np.asarray(arrays[op.sequences]).astype(np.int64)]
+        if any(n < 0 for n in lens) or sum(lens) != S:
+            raise ValueError(f"sequence lengths {lens} must be >= 0 and sum to the {S} packed tokens")
         out = np.empty(S, dtype=np.int64)
         t = 0
         for n in lens:
@@ -116,8 +144,13 @@ def position_streams(op: ir.RopeOp, arrays: dict[str, np.ndarray], B: int, S: in
                 t += 1
         return [out.reshape(1, S)]
     start = scalar(pos.start)
-    pad = np.zeros(B, dtype=np.int64) if pos.pad is None else np.asarray(arrays[pos.pad]).astype(np.int64)
+    # Python integers: no arithmetic below can wrap
+    pad = [0] * B if pos.pad is None else [int(v) for v in np.asarray(arrays[pos.pad]).astype(np.int64)]
     if pos.kind is ir.PositionKind.ARANGE:
+        for b in range(B):
+            for s in range(S):
+                if not _fits(start + s, start + s - pad[b]):
+                    raise ValueError(f"position arithmetic overflows int64: start {start} + {s} - pad {pad[b]}")
         return [np.array([[start + s - pad[b] for s in range(S)] for b in range(B)], dtype=np.int64)]
     # GLM-1 2-D positions, as written in the ppl Rotary2DPositionEmbedding definition
     first = scalar(pos.first_seqlen)
@@ -127,6 +160,10 @@ def position_streams(op: ir.RopeOp, arrays: dict[str, np.ndarray], B: int, S: in
         prompt_len = first - pad[b]
         for s in range(S):
             offset = start + s
+            if not _fits(offset, first - 1, prompt_len, prompt_len - 2, offset - pad[b],
+                         offset - prompt_len, offset - prompt_len + 2):
+                raise ValueError(f"position arithmetic overflows int64: glm2d start {start} + {s}, "
+                                 f"pad {pad[b]}, first_seqlen {first}")
             if offset < pad[b]:
                 p0[b, s], p1[b, s] = 0, 0
             elif offset < first - 1:
@@ -227,7 +264,7 @@ def _rope(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         sin_t = np.asarray(arrays[a.sin]).astype(np.float64)
         width = cos_t.shape[-1]
         if op.positions.kind is ir.PositionKind.TOKEN:
-            cs = [(cos_t.reshape(B, S, width), sin_t.reshape(B, S, width))]
+            cs = [(by_token(op, cos_t, B, S), by_token(op, sin_t, B, S))]
         else:
             for p in streams:
                 if p.size and (p.min() < 0 or p.max() >= cos_t.shape[0]):

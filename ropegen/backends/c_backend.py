@@ -37,7 +37,7 @@ def _stream_min(out: DType, bytes_per_item: int) -> int:
 
 
 # Status codes of every generated kernel (the header's ROPEGEN_* enum).
-OK, EPOSITION, ESEQUENCES, EARG, ENOMEM = 0, 1, 2, 3, 4
+OK, EPOSITION, ESEQUENCES, EARG, ENOMEM, EOVERFLOW = 0, 1, 2, 3, 4, 5
 
 _C_RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline int long
@@ -505,6 +505,9 @@ class CKernel:
             elif p.positions.kind is ir.PositionKind.IN_SEQUENCE:
                 msg += f", the longest sequence has {int(given[p.sequences].max())} tokens"
             raise ValueError(msg)
+        if isinstance(p, RopePlan) and status == EOVERFLOW:
+            raise ValueError(f"position arithmetic overflows int64 ({p.positions.kind.value} positions: start, "
+                             f"sequence length, pad and first_seqlen must keep every position within int64)")
         if status == ENOMEM:
             raise MemoryError(f"{p.name}: the C kernel could not allocate its scratch memory")
         raise ValueError(f"{p.name}: the C kernel rejected its arguments (status {status})")

@@ -367,6 +367,45 @@ def rope_bind(p: RopePlan, cfg: cuda_plan.RopeCfg, arrs: dict[str, DeviceArray],
     return k, launch, args
 
 
+def positions_fit(start: int, S: int, pads: tuple[int, ...], first: int | None = None) -> bool:
+    """Every formula of arange / glm2d positions fits in int64 for tokens s in [0, S) and the given
+    pads (each formula is linear in s and pad: the extremes decide); the kernel's long long
+    arithmetic then never wraps."""
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    offsets = (start, start + S - 1)
+    values = list(offsets)
+    for pd in pads:
+        for off in offsets:
+            values.append(off - pd)
+            if first is not None:
+                prompt = first - pd
+                values += [first - 1, prompt, prompt - 2, off - prompt, off - prompt + 2]
+    return all(lo <= v <= hi for v in values)
+
+
+def _check_position_arith(p: RopePlan, arrs: dict[str, DeviceArray], call, B: int, S: int) -> None:
+    """ValueError when arange / glm2d position arithmetic would overflow (always checked: a few
+    scalars and the [batch] pads, read back to the host)."""
+    pos = p.positions
+    if pos.kind not in (ir.PositionKind.ARANGE, ir.PositionKind.GLM2D) or not B * S:
+        return
+
+    def scalar(v) -> int | None:
+        if v is None or isinstance(v, int):
+            return v
+        return int(call.cupy_view(arrs[v]).get().reshape(()))
+
+    pads: tuple[int, ...] = (0,)
+    if pos.pad:
+        host = call.cupy_view(arrs[pos.pad]).get().astype(np.int64)
+        pads = (int(host.min()), int(host.max()))
+    start, first = scalar(pos.start), scalar(pos.first_seqlen)
+    if not positions_fit(start, S, pads, first):
+        raise ValueError(f"position arithmetic overflows int64 ({pos.kind.value} positions: start {start}, "
+                         f"{S} tokens{', first_seqlen ' + str(first) if first is not None else ''}, pads in "
+                         f"[{min(pads)}, {max(pads)}])")
+
+
 def tokens_of(p: RopePlan, arrs: dict[str, DeviceArray]) -> tuple[int, int]:
     """(B, S) of a call: packed tokens are one batch row of T."""
     first = p.ir.tensor(p.streams[0].src)
@@ -416,6 +455,7 @@ class _RopeRunner:
                     raise ValueError(f"{p.sequences}: sequence lengths must be in [0, {S}] and sum to the "
                                      f"{S} packed tokens")
                 seq_ends = cp.cumsum(lens)
+            _check_position_arith(p, arrs, call, B, S)
         seq_ptr = int(seq_ends.data.ptr) if seq_ends is not None and seq_ends.size else int(err.data.ptr)
         k, launch, args = rope_bind(p, cfg, arrs, {o: d for o, (_, d) in outs.items()}, B, S,
                                     int(err.data.ptr), seq_ptr)

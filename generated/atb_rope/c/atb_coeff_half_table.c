@@ -241,7 +241,7 @@ struct rg_args {
     int64_t T;
     int64_t B;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -265,19 +265,21 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t T = rg_a->T;
     int64_t B = rg_a->B;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[64];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)cos; (void)sin; (void)seqlen; (void)rope_q; (void)rope_q_stride_token; (void)rope_q_stride_head; (void)rope_k; (void)rope_k_stride_token; (void)rope_k_stride_head; (void)T; (void)B; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos + rg_t * 32, sin + rg_t * 32, rg_cos0, rg_sin0);
+        rg_angles(cos + rg_tm * 32, sin + rg_tm * 32, rg_cos0, rg_sin0);
 
         /* rope_q = rotate(q): 2 heads, 2 rotation units each */
         {
@@ -392,19 +394,21 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t T = rg_a->T;
     int64_t B = rg_a->B;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[64];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)cos; (void)sin; (void)seqlen; (void)rope_q; (void)rope_q_stride_token; (void)rope_q_stride_head; (void)rope_k; (void)rope_k_stride_token; (void)rope_k_stride_head; (void)T; (void)B; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos + rg_t * 32, sin + rg_t * 32, rg_cos0, rg_sin0);
+        rg_angles(cos + rg_tm * 32, sin + rg_tm * 32, rg_cos0, rg_sin0);
 
         /* rope_q = rotate(q): 2 heads, 2 rotation units each */
         {
@@ -518,19 +522,21 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t T = rg_a->T;
     int64_t B = rg_a->B;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[64];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)cos; (void)sin; (void)seqlen; (void)rope_q; (void)rope_q_stride_token; (void)rope_q_stride_head; (void)rope_k; (void)rope_k_stride_token; (void)rope_k_stride_head; (void)T; (void)B; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos + rg_t * 32, sin + rg_t * 32, rg_cos0, rg_sin0);
+        rg_angles(cos + rg_tm * 32, sin + rg_tm * 32, rg_cos0, rg_sin0);
 
         /* rope_q = rotate(q): 2 heads, 2 rotation units each */
         {
@@ -645,10 +651,9 @@ int ropegen_atb_coeff_half_table(const uint16_t *q, int64_t q_stride_token, int6
     if (B < 0) return ROPEGEN_EARG;
     const int64_t rg_B = (int64_t)1, rg_S = T;
     const int64_t rg_ntok = rg_B * rg_S;
-    if (rg_ntok == 0) return ROPEGEN_OK;
-    if (!q || !k || !cos || !sin || !seqlen || !rope_q || !rope_k) return ROPEGEN_EARG;
 
-    /* sequence lengths: each >= 0, summing to the packed tokens */
+    /* sequence lengths: each >= 0, summing to the packed tokens (zero tokens too) */
+    if (B > 0 && !seqlen) return ROPEGEN_EARG;
     {
         int64_t rg_total = 0;
         for (int64_t i = 0; i < B; ++i) {
@@ -658,6 +663,8 @@ int ropegen_atb_coeff_half_table(const uint16_t *q, int64_t q_stride_token, int6
         }
         if (rg_total != rg_S) return ROPEGEN_ESEQUENCES;
     }
+    if (rg_ntok == 0) return ROPEGEN_OK;
+    if (!q || !k || !cos || !sin || !seqlen || !rope_q || !rope_k) return ROPEGEN_EARG;
 
     /* large out-of-place outputs are streamed past the caches */
     /* (the environment variable ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
@@ -669,7 +676,7 @@ int ropegen_atb_coeff_half_table(const uint16_t *q, int64_t q_stride_token, int6
     }
     if ((const void *)rope_q == (const void *)q) rg_stream = 0;
     if ((const void *)rope_k == (const void *)k) rg_stream = 0;
-    const struct rg_args rg_a = { q, q_stride_token, q_stride_head, k, k_stride_token, k_stride_head, cos, sin, seqlen, rope_q, rope_q_stride_token, rope_q_stride_head, rope_k, rope_k_stride_token, rope_k_stride_head, T, B, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { q, q_stride_token, q_stride_head, k, k_stride_token, k_stride_head, cos, sin, seqlen, rope_q, rope_q_stride_token, rope_q_stride_head, rope_k, rope_k_stride_token, rope_k_stride_head, T, B, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

@@ -55,6 +55,11 @@ def _positions(_t_seqlen, B, S):
     return [np.arange(B * S, dtype=np.int64).reshape(B, S)]
 
 
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
+
+
 def _view(a, unmerged, perm, split):
     """Canonical [batch, seq, heads, units per head, unit] view of a rotated tensor (no copy for outputs)."""
     v = a.reshape(unmerged).transpose(perm)
@@ -71,15 +76,16 @@ def run(q, k, cos, sin, seqlen, *, check=True):
     _t_sin = _take(_sym, "sin", sin, "float16", ("T", 64, ))
     _t_seqlen = _take(_sym, "seqlen", seqlen, "int32", ("B", ))
     B, S = 1, _sym["T"]
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
+    o_rope_q = np.empty(_t_q.shape, dtype=_t_q.dtype)
+    o_rope_k = np.empty(_t_k.shape, dtype=_t_k.dtype)
     # always checked (even with check=False): every later index is derived from these lengths
     lens = _t_seqlen.astype(np.int64)
     if ((lens < 0) | (lens > S)).any() or int(lens.sum()) != S:
         raise ValueError(f"seqlen: sequence lengths must be in [0, {S}] and sum to the {S} packed tokens")
     streams = _positions(_t_seqlen, B, S)
-    cos_rows = _t_cos.reshape(B, S, 64)
-    sin_rows = _t_sin.reshape(B, S, 64)
-    o_rope_q = np.empty(_t_q.shape, dtype=_t_q.dtype)
-    o_rope_k = np.empty(_t_k.shape, dtype=_t_k.dtype)
+    cos_rows = _by_token(_t_cos, B, S, (64,))
+    sin_rows = _by_token(_t_sin, B, S, (64,))
     x_rope_q = _view(_t_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
     y_rope_q = _view(o_rope_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
     x_rope_k = _view(_t_k, (_sym["T"], 2, 64, ), (0, 1, 2), 1)

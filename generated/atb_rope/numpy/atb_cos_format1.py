@@ -57,6 +57,11 @@ def _positions(_t_seqlen, B, S):
     return [(np.arange(S, dtype=np.int64) - np.repeat(starts, lens)).reshape(1, S)]
 
 
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
+
+
 def _view(a, unmerged, perm, split):
     """Canonical [batch, seq, heads, units per head, unit] view of a rotated tensor (no copy for outputs)."""
     v = a.reshape(unmerged).transpose(perm)
@@ -73,19 +78,22 @@ def run(q, k, cos, sin, seqlen, *, check=True):
     _t_sin = _take(_sym, "sin", sin, "float16", ("MAXSEQ", 64, ))
     _t_seqlen = _take(_sym, "seqlen", seqlen, "int32", ("B", ))
     B, S = 1, _sym["T"]
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
+    o_rope_q = np.empty(_t_q.shape, dtype=_t_q.dtype)
+    o_rope_k = np.empty(_t_k.shape, dtype=_t_k.dtype)
     # always checked (even with check=False): every later index is derived from these lengths
     lens = _t_seqlen.astype(np.int64)
     if ((lens < 0) | (lens > S)).any() or int(lens.sum()) != S:
         raise ValueError(f"seqlen: sequence lengths must be in [0, {S}] and sum to the {S} packed tokens")
     streams = _positions(_t_seqlen, B, S)
     rows = _t_cos.shape[0]
-    if check:
+    # check=False skips this scan; the gathers below clip to the table (never wrap), so an
+    # out-of-range position reads a wrong row of the table, never memory outside it
+    if check or not rows:
         for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")
-    o_rope_q = np.empty(_t_q.shape, dtype=_t_q.dtype)
-    o_rope_k = np.empty(_t_k.shape, dtype=_t_k.dtype)
     x_rope_q = _view(_t_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
     y_rope_q = _view(o_rope_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
     x_rope_k = _view(_t_k, (_sym["T"], 2, 64, ), (0, 1, 2), 1)
@@ -98,8 +106,8 @@ def run(q, k, cos, sin, seqlen, *, check=True):
         for s0 in range(0, S, sb):
             s1 = min(S, s0 + sb)
             pos0 = streams[0][b0:b1, s0:s1]
-            cos0 = _t_cos[pos0].astype(np.float16)
-            sin0 = _t_sin[pos0].astype(np.float16)
+            cos0 = np.take(_t_cos, pos0, axis=0, mode="clip").astype(np.float16)
+            sin0 = np.take(_t_sin, pos0, axis=0, mode="clip").astype(np.float16)
             # block 0: pairs (0 + 1j, 32 + 1j), j < 32, position stream 0
             ca0 = cos0[:, :, None, None, 0:32:1]
             sa0 = sin0[:, :, None, None, 0:32:1]

@@ -358,7 +358,7 @@ struct rg_args {
     int64_t y_stride_head;
     int64_t T;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -373,17 +373,19 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t y_stride_head = rg_a->y_stride_head;
     int64_t T = rg_a->T;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     float rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_token; (void)x_stride_head; (void)pos; (void)y; (void)y_stride_token; (void)y_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)pos[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)pos[rg_tm];
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
 
@@ -432,17 +434,19 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t y_stride_head = rg_a->y_stride_head;
     int64_t T = rg_a->T;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     float rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_token; (void)x_stride_head; (void)pos; (void)y; (void)y_stride_token; (void)y_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)pos[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)pos[rg_tm];
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
 
@@ -490,17 +494,19 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t y_stride_head = rg_a->y_stride_head;
     int64_t T = rg_a->T;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     float rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_token; (void)x_stride_head; (void)pos; (void)y; (void)y_stride_token; (void)y_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)pos[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)pos[rg_tm];
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
 
@@ -569,7 +575,7 @@ int ropegen_ggml_neox_yarn_exact(const float *x, int64_t x_stride_token, int64_t
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
     if ((const void *)y == (const void *)x) rg_stream = 0;
-    const struct rg_args rg_a = { x, x_stride_token, x_stride_head, pos, y, y_stride_token, y_stride_head, T, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { x, x_stride_token, x_stride_head, pos, y, y_stride_token, y_stride_head, T, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

@@ -238,7 +238,7 @@ struct rg_args {
     int64_t S;
     int64_t P;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -259,17 +259,19 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t S = rg_a->S;
     int64_t P = rg_a->P;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[256];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_batch; (void)q_stride_seq; (void)q_stride_head; (void)position_ids; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_batch; (void)q_rot_stride_seq; (void)q_rot_stride_head; (void)B; (void)S; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
         rg_angles(cos + rg_p0 * 64, sin + rg_p0 * 64, rg_cos0, rg_sin0);
 
@@ -327,17 +329,19 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t S = rg_a->S;
     int64_t P = rg_a->P;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[256];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_batch; (void)q_stride_seq; (void)q_stride_head; (void)position_ids; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_batch; (void)q_rot_stride_seq; (void)q_rot_stride_head; (void)B; (void)S; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
         rg_angles(cos + rg_p0 * 64, sin + rg_p0 * 64, rg_cos0, rg_sin0);
 
@@ -394,17 +398,19 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t S = rg_a->S;
     int64_t P = rg_a->P;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[256];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_batch; (void)q_stride_seq; (void)q_stride_head; (void)position_ids; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_batch; (void)q_rot_stride_seq; (void)q_rot_stride_head; (void)B; (void)S; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
         rg_angles(cos + rg_p0 * 64, sin + rg_p0 * 64, rg_cos0, rg_sin0);
 
@@ -476,7 +482,9 @@ int ropegen_gptj_cache(const uint16_t *q, int64_t q_stride_batch, int64_t q_stri
         for (int64_t rg_t = 0; rg_t < rg_ntok; ++rg_t) {
             const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
             (void)rg_b; (void)rg_s;
-            const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+            const int64_t rg_tm = rg_t;
+            (void)rg_tm;
+            const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
             if (rg_p0 < 0 || rg_p0 >= P) return ROPEGEN_EPOSITION;
         }
@@ -491,7 +499,7 @@ int ropegen_gptj_cache(const uint16_t *q, int64_t q_stride_batch, int64_t q_stri
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
     if ((const void *)q_rot == (const void *)q) rg_stream = 0;
-    const struct rg_args rg_a = { q, q_stride_batch, q_stride_seq, q_stride_head, position_ids, cos, sin, q_rot, q_rot_stride_batch, q_rot_stride_seq, q_rot_stride_head, B, S, P, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { q, q_stride_batch, q_stride_seq, q_stride_head, position_ids, cos, sin, q_rot, q_rot_stride_batch, q_rot_stride_seq, q_rot_stride_head, B, S, P, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

@@ -244,7 +244,7 @@ struct rg_args {
     int64_t B;
     int64_t S;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -271,19 +271,21 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_batch; (void)q_stride_seq; (void)q_stride_head; (void)k; (void)k_stride_batch; (void)k_stride_seq; (void)k_stride_head; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_batch; (void)q_rot_stride_seq; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_batch; (void)k_rot_stride_seq; (void)k_rot_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos + rg_t * 128, sin + rg_t * 128, rg_cos0, rg_sin0);
+        rg_angles(cos + rg_tm * 128, sin + rg_tm * 128, rg_cos0, rg_sin0);
 
         /* q_rot = rotate(q): 32 heads */
         {
@@ -373,19 +375,21 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_batch; (void)q_stride_seq; (void)q_stride_head; (void)k; (void)k_stride_batch; (void)k_stride_seq; (void)k_stride_head; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_batch; (void)q_rot_stride_seq; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_batch; (void)k_rot_stride_seq; (void)k_rot_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos + rg_t * 128, sin + rg_t * 128, rg_cos0, rg_sin0);
+        rg_angles(cos + rg_tm * 128, sin + rg_tm * 128, rg_cos0, rg_sin0);
 
         /* q_rot = rotate(q): 32 heads */
         {
@@ -474,19 +478,21 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_batch; (void)q_stride_seq; (void)q_stride_head; (void)k; (void)k_stride_batch; (void)k_stride_seq; (void)k_stride_head; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_batch; (void)q_rot_stride_seq; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_batch; (void)k_rot_stride_seq; (void)k_rot_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos + rg_t * 128, sin + rg_t * 128, rg_cos0, rg_sin0);
+        rg_angles(cos + rg_tm * 128, sin + rg_tm * 128, rg_cos0, rg_sin0);
 
         /* q_rot = rotate(q): 32 heads */
         {
@@ -586,7 +592,7 @@ int ropegen_hf_llama_per_token(const uint16_t *q, int64_t q_stride_batch, int64_
     }
     if ((const void *)q_rot == (const void *)q) rg_stream = 0;
     if ((const void *)k_rot == (const void *)k) rg_stream = 0;
-    const struct rg_args rg_a = { q, q_stride_batch, q_stride_seq, q_stride_head, k, k_stride_batch, k_stride_seq, k_stride_head, cos, sin, q_rot, q_rot_stride_batch, q_rot_stride_seq, q_rot_stride_head, k_rot, k_rot_stride_batch, k_rot_stride_seq, k_rot_stride_head, B, S, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { q, q_stride_batch, q_stride_seq, q_stride_head, k, k_stride_batch, k_stride_seq, k_stride_head, cos, sin, q_rot, q_rot_stride_batch, q_rot_stride_seq, q_rot_stride_head, k_rot, k_rot_stride_batch, k_rot_stride_seq, k_rot_stride_head, B, S, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

@@ -51,7 +51,12 @@ def _scalar(name, a):
 
 def _positions(_t_position_ids, B, S):
     """Position streams, each [B, S] int64."""
-    return [_t_position_ids.astype(np.int64, copy=False).reshape(B, S)]
+    return [_by_token(_t_position_ids.astype(np.int64, copy=False), B, S)]
+
+
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
 
 
 def _view(a, unmerged, perm, split):
@@ -68,14 +73,17 @@ def run(q, position_ids, cos, sin, *, check=True):
     _t_cos = _take(_sym, "cos", cos, "float32", ("P", 64, ))
     _t_sin = _take(_sym, "sin", sin, "float32", ("P", 64, ))
     B, S = _sym["B"], _sym["S"]
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
+    o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
     streams = _positions(_t_position_ids, B, S)
     rows = _t_cos.shape[0]
-    if check:
+    # check=False skips this scan; the gathers below clip to the table (never wrap), so an
+    # out-of-range position reads a wrong row of the table, never memory outside it
+    if check or not rows:
         for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")
-    o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
     x_q_rot = _view(_t_q, (_sym["B"], _sym["S"], 16, 256, ), (0, 1, 2, 3), 1)
     y_q_rot = _view(o_q_rot, (_sym["B"], _sym["S"], 16, 256, ), (0, 1, 2, 3), 1)
     y_q_rot[..., 64:256] = x_q_rot[..., 64:256]
@@ -87,8 +95,8 @@ def run(q, position_ids, cos, sin, *, check=True):
         for s0 in range(0, S, sb):
             s1 = min(S, s0 + sb)
             pos0 = streams[0][b0:b1, s0:s1]
-            cos0 = _t_cos[pos0].astype(np.float32)
-            sin0 = _t_sin[pos0].astype(np.float32)
+            cos0 = np.take(_t_cos, pos0, axis=0, mode="clip").astype(np.float32)
+            sin0 = np.take(_t_sin, pos0, axis=0, mode="clip").astype(np.float32)
             # block 0: pairs (0 + 2j, 1 + 2j), j < 32, position stream 0
             ca0 = cos0[:, :, None, None, 0:63:2]
             sa0 = sin0[:, :, None, None, 0:63:2]

@@ -54,6 +54,11 @@ def _positions(B, S):
     return [np.arange(B * S, dtype=np.int64).reshape(B, S)]
 
 
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
+
+
 def _view(a, unmerged, perm, split):
     """Canonical [batch, seq, heads, units per head, unit] view of a rotated tensor (no copy for outputs)."""
     v = a.reshape(unmerged).transpose(perm)
@@ -68,11 +73,12 @@ def run(q, k, cos, sin, *, check=True):
     _t_cos = _take(_sym, "cos", cos, "float32", ("B", "S", 128, ))
     _t_sin = _take(_sym, "sin", sin, "float32", ("B", "S", 128, ))
     B, S = _sym["B"], _sym["S"]
-    streams = _positions(B, S)
-    cos_rows = _t_cos.reshape(B, S, 128)
-    sin_rows = _t_sin.reshape(B, S, 128)
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
     o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
     o_k_rot = np.empty(_t_k.shape, dtype=_t_k.dtype)
+    streams = _positions(B, S)
+    cos_rows = _by_token(_t_cos, B, S, (128,))
+    sin_rows = _by_token(_t_sin, B, S, (128,))
     x_q_rot = _view(_t_q, (_sym["B"], 32, _sym["S"], 128, ), (0, 2, 1, 3), 1)
     y_q_rot = _view(o_q_rot, (_sym["B"], 32, _sym["S"], 128, ), (0, 2, 1, 3), 1)
     x_k_rot = _view(_t_k, (_sym["B"], 8, _sym["S"], 128, ), (0, 2, 1, 3), 1)

@@ -52,7 +52,12 @@ def _scalar(name, a):
 
 def _positions(_t_positions, B, S):
     """Position streams, each [B, S] int64."""
-    return [_t_positions.astype(np.int64, copy=False).reshape(B, S)]
+    return [_by_token(_t_positions.astype(np.int64, copy=False), B, S)]
+
+
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
 
 
 def _view(a, unmerged, perm, split):
@@ -71,15 +76,18 @@ def run(q, k, positions, cos, sin, *, check=True):
     _t_cos = _take(_sym, "cos", cos, "float32", ("P", 64, ))
     _t_sin = _take(_sym, "sin", sin, "float32", ("P", 64, ))
     B, S = 1, _sym["T"]
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
+    o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
+    o_k_rot = np.empty(_t_k.shape, dtype=_t_k.dtype)
     streams = _positions(_t_positions, B, S)
     rows = _t_cos.shape[0]
-    if check:
+    # check=False skips this scan; the gathers below clip to the table (never wrap), so an
+    # out-of-range position reads a wrong row of the table, never memory outside it
+    if check or not rows:
         for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")
-    o_q_rot = np.empty(_t_q.shape, dtype=_t_q.dtype)
-    o_k_rot = np.empty(_t_k.shape, dtype=_t_k.dtype)
     x_q_rot = _view(_t_q, (_sym["T"], 32, 128, ), (0, 1, 2), 1)
     y_q_rot = _view(o_q_rot, (_sym["T"], 32, 128, ), (0, 1, 2), 1)
     x_k_rot = _view(_t_k, (_sym["T"], 8, 128, ), (0, 1, 2), 1)
@@ -92,8 +100,8 @@ def run(q, k, positions, cos, sin, *, check=True):
         for s0 in range(0, S, sb):
             s1 = min(S, s0 + sb)
             pos0 = streams[0][b0:b1, s0:s1]
-            cos0 = _t_cos[pos0].astype(np.float32)
-            sin0 = _t_sin[pos0].astype(np.float32)
+            cos0 = np.take(_t_cos, pos0, axis=0, mode="clip").astype(np.float32)
+            sin0 = np.take(_t_sin, pos0, axis=0, mode="clip").astype(np.float32)
             # block 0: pairs (0 + 1j, 64 + 1j), j < 64, position stream 0
             ca0 = cos0[:, :, None, None, 0:64:1]
             sa0 = sin0[:, :, None, None, 0:64:1]

@@ -20,7 +20,8 @@ enum {
     ROPEGEN_EPOSITION = 1,   /* a position (or table row) is outside the cos/sin tables; nothing written */
     ROPEGEN_ESEQUENCES = 2,  /* a sequence length is negative or they do not sum to the tokens; nothing written */
     ROPEGEN_EARG = 3,        /* a negative size or a null pointer */
-    ROPEGEN_ENOMEM = 4       /* a scratch allocation failed */
+    ROPEGEN_ENOMEM = 4,      /* a scratch allocation failed */
+    ROPEGEN_EOVERFLOW = 5    /* position arithmetic (start + seq - pad, glm2d offsets) overflows int64; nothing written */
 };
 #endif
 

@@ -236,7 +236,7 @@ struct rg_args {
     int64_t B;
     int64_t S;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -255,19 +255,21 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     float rg_buf[8];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_batch; (void)x_stride_seq; (void)x_stride_head; (void)cos_cache; (void)sin_cache; (void)y; (void)y_stride_batch; (void)y_stride_seq; (void)y_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos_cache + rg_t * 4, sin_cache + rg_t * 4, rg_cos0, rg_sin0);
+        rg_angles(cos_cache + rg_tm * 4, sin_cache + rg_tm * 4, rg_cos0, rg_sin0);
 
         /* y = rotate(x): 4 heads */
         {
@@ -318,19 +320,21 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     float rg_buf[8];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_batch; (void)x_stride_seq; (void)x_stride_head; (void)cos_cache; (void)sin_cache; (void)y; (void)y_stride_batch; (void)y_stride_seq; (void)y_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos_cache + rg_t * 4, sin_cache + rg_t * 4, rg_cos0, rg_sin0);
+        rg_angles(cos_cache + rg_tm * 4, sin_cache + rg_tm * 4, rg_cos0, rg_sin0);
 
         /* y = rotate(x): 4 heads */
         {
@@ -380,19 +384,21 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     float rg_buf[8];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_batch; (void)x_stride_seq; (void)x_stride_head; (void)cos_cache; (void)sin_cache; (void)y; (void)y_stride_batch; (void)y_stride_seq; (void)y_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         /* no positions: the tables hold one row per token */
 
-        rg_angles(cos_cache + rg_t * 4, sin_cache + rg_t * 4, rg_cos0, rg_sin0);
+        rg_angles(cos_cache + rg_tm * 4, sin_cache + rg_tm * 4, rg_cos0, rg_sin0);
 
         /* y = rotate(x): 4 heads */
         {
@@ -460,7 +466,7 @@ int ropegen_onnx_rope_no_position_ids(const float *x, int64_t x_stride_batch, in
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
     if ((const void *)y == (const void *)x) rg_stream = 0;
-    const struct rg_args rg_a = { x, x_stride_batch, x_stride_seq, x_stride_head, cos_cache, sin_cache, y, y_stride_batch, y_stride_seq, y_stride_head, B, S, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { x, x_stride_batch, x_stride_seq, x_stride_head, cos_cache, sin_cache, y, y_stride_batch, y_stride_seq, y_stride_head, B, S, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

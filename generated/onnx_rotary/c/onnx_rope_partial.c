@@ -238,7 +238,7 @@ struct rg_args {
     int64_t S;
     int64_t P;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -259,17 +259,19 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t S = rg_a->S;
     int64_t P = rg_a->P;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[8];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_batch; (void)x_stride_seq; (void)x_stride_head; (void)cos_cache; (void)sin_cache; (void)position_ids; (void)y; (void)y_stride_batch; (void)y_stride_seq; (void)y_stride_head; (void)B; (void)S; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
         rg_angles(cos_cache + rg_p0 * 2, sin_cache + rg_p0 * 2, rg_cos0, rg_sin0);
 
@@ -326,17 +328,19 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t S = rg_a->S;
     int64_t P = rg_a->P;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[8];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_batch; (void)x_stride_seq; (void)x_stride_head; (void)cos_cache; (void)sin_cache; (void)position_ids; (void)y; (void)y_stride_batch; (void)y_stride_seq; (void)y_stride_head; (void)B; (void)S; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
         rg_angles(cos_cache + rg_p0 * 2, sin_cache + rg_p0 * 2, rg_cos0, rg_sin0);
 
@@ -392,17 +396,19 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t S = rg_a->S;
     int64_t P = rg_a->P;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[8];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_batch; (void)x_stride_seq; (void)x_stride_head; (void)cos_cache; (void)sin_cache; (void)position_ids; (void)y; (void)y_stride_batch; (void)y_stride_seq; (void)y_stride_head; (void)B; (void)S; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
-        const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
+        const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
         rg_angles(cos_cache + rg_p0 * 2, sin_cache + rg_p0 * 2, rg_cos0, rg_sin0);
 
@@ -473,7 +479,9 @@ int ropegen_onnx_rope_partial(const uint16_t *x, int64_t x_stride_batch, int64_t
         for (int64_t rg_t = 0; rg_t < rg_ntok; ++rg_t) {
             const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
             (void)rg_b; (void)rg_s;
-            const int64_t rg_p0 = (int64_t)position_ids[rg_t];
+            const int64_t rg_tm = rg_t;
+            (void)rg_tm;
+            const int64_t rg_p0 = (int64_t)position_ids[rg_tm];
 
             if (rg_p0 < 0 || rg_p0 >= P) return ROPEGEN_EPOSITION;
         }
@@ -488,7 +496,7 @@ int ropegen_onnx_rope_partial(const uint16_t *x, int64_t x_stride_batch, int64_t
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
     if ((const void *)y == (const void *)x) rg_stream = 0;
-    const struct rg_args rg_a = { x, x_stride_batch, x_stride_seq, x_stride_head, cos_cache, sin_cache, position_ids, y, y_stride_batch, y_stride_seq, y_stride_head, B, S, P, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { x, x_stride_batch, x_stride_seq, x_stride_head, cos_cache, sin_cache, position_ids, y, y_stride_batch, y_stride_seq, y_stride_head, B, S, P, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

@@ -51,7 +51,12 @@ def _scalar(name, a):
 
 def _positions(_t_position_ids, B, S):
     """Position streams, each [B, S] int64."""
-    return [_t_position_ids.astype(np.int64, copy=False).reshape(B, S)]
+    return [_by_token(_t_position_ids.astype(np.int64, copy=False), B, S)]
+
+
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
 
 
 def _view(a, unmerged, perm, split):
@@ -68,14 +73,17 @@ def run(x, cos_cache, sin_cache, position_ids, *, check=True):
     _t_sin_cache = _take(_sym, "sin_cache", sin_cache, "float32", ("P", 4, ))
     _t_position_ids = _take(_sym, "position_ids", position_ids, "int64", ("B", "S", ))
     B, S = _sym["B"], _sym["S"]
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
+    o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
     streams = _positions(_t_position_ids, B, S)
     rows = _t_cos_cache.shape[0]
-    if check:
+    # check=False skips this scan; the gathers below clip to the table (never wrap), so an
+    # out-of-range position reads a wrong row of the table, never memory outside it
+    if check or not rows:
         for pk in streams:
             if pk.size and (pk.min() < 0 or pk.max() >= rows):
                 raise ValueError(f"position out of range: the cos/sin tables have {rows} rows, "
                                  f"positions span [{pk.min()}, {pk.max()}]")
-    o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
     x_y = _view(_t_x, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
     y_y = _view(o_y, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
 
@@ -92,8 +100,8 @@ def run(x, cos_cache, sin_cache, position_ids, *, check=True):
         for s0 in range(0, S, sb):
             s1 = min(S, s0 + sb)
             pos0 = streams[0][b0:b1, s0:s1]
-            cos0 = _t_cos_cache[pos0].astype(np.float32)
-            sin0 = _t_sin_cache[pos0].astype(np.float32)
+            cos0 = np.take(_t_cos_cache, pos0, axis=0, mode="clip").astype(np.float32)
+            sin0 = np.take(_t_sin_cache, pos0, axis=0, mode="clip").astype(np.float32)
             # block 0: pairs (0 + 1j, 4 + 1j), j < 4, position stream 0
             # rotate_half form: y = x * [c, c] + [x_b, x_a] * [-s, s]
             c = cos0[:, :, None, None, 0:4]

@@ -53,6 +53,11 @@ def _positions(B, S):
     return [np.arange(B * S, dtype=np.int64).reshape(B, S)]
 
 
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
+
+
 def _view(a, unmerged, perm, split):
     """Canonical [batch, seq, heads, units per head, unit] view of a rotated tensor (no copy for outputs)."""
     v = a.reshape(unmerged).transpose(perm)
@@ -66,10 +71,11 @@ def run(x, cos_cache, sin_cache, *, check=True):
     _t_cos_cache = _take(_sym, "cos_cache", cos_cache, "float32", ("B", "S", 4, ))
     _t_sin_cache = _take(_sym, "sin_cache", sin_cache, "float32", ("B", "S", 4, ))
     B, S = _sym["B"], _sym["S"]
-    streams = _positions(B, S)
-    cos_rows = _t_cos_cache.reshape(B, S, 4)
-    sin_rows = _t_sin_cache.reshape(B, S, 4)
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
     o_y = np.empty(_t_x.shape, dtype=_t_x.dtype)
+    streams = _positions(B, S)
+    cos_rows = _by_token(_t_cos_cache, B, S, (4,))
+    sin_rows = _by_token(_t_sin_cache, B, S, (4,))
     x_y = _view(_t_x, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
     y_y = _view(o_y, (_sym["B"], 4, _sym["S"], 8, ), (0, 2, 1, 3), 1)
 

@@ -265,6 +265,38 @@ typedef float rg_c;            /* arithmetic type: f32 */
 static inline int64_t rg_wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 static inline int64_t rg_wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 
+/* a + b and a - b into *r; 0 when the exact result does not fit in int64 */
+static inline int rg_add_ok(int64_t a, int64_t b, int64_t *r)
+{
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) return 0;
+    *r = a + b;
+    return 1;
+}
+static inline int rg_sub_ok(int64_t a, int64_t b, int64_t *r)
+{
+    if ((b < 0 && a > INT64_MAX + b) || (b > 0 && a < INT64_MIN + b)) return 0;
+    *r = a - b;
+    return 1;
+}
+
+/* every formula of the positions fits in int64 for tokens s in [0, S) and pads in [pad_lo, pad_hi]
+ * (each is linear in s and pad: checking the corners checks every token); glm: first is used */
+static int rg_positions_fit(int64_t start, int64_t S, int64_t pad_lo, int64_t pad_hi, int64_t first, int glm)
+{
+    int64_t off[2], pad[2] = { pad_lo, pad_hi }, v, prompt, fm1;
+    off[0] = start;
+    if (!rg_add_ok(start, S - 1, &off[1])) return 0;
+    if (glm && !rg_sub_ok(first, 1, &fm1)) return 0;
+    for (int i = 0; i < 2; ++i) {
+        if (glm && (!rg_sub_ok(first, pad[i], &prompt) || !rg_sub_ok(prompt, 2, &v))) return 0;
+        for (int j = 0; j < 2; ++j) {
+            if (!rg_sub_ok(off[j], pad[i], &v)) return 0;
+            if (glm && (!rg_sub_ok(off[j], prompt, &v) || !rg_add_ok(v, 2, &v))) return 0;
+        }
+    }
+    return 1;
+}
+
 /* theta[c] = position * rg_inv_freq[c] in double; cos, sin rounded to the arithmetic type */
 static const double rg_inv_freq[RG_NCOLS] = {
     1.0,
@@ -321,7 +353,7 @@ struct rg_args {
     int64_t B;
     int64_t S;
     int threads;
-    int64_t rg_S;
+    int64_t rg_B, rg_S;
     int rg_stream;           /* write the outputs with non-temporal stores */
 };
 /* tokens [rg_t0, rg_t1) */
@@ -347,16 +379,18 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[64];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)query; (void)query_stride_batch; (void)query_stride_seq; (void)query_stride_head; (void)key; (void)key_stride_batch; (void)key_stride_seq; (void)key_stride_head; (void)start_pos; (void)rotated_query; (void)rotated_query_stride_batch; (void)rotated_query_stride_seq; (void)rotated_query_stride_head; (void)rotated_key; (void)rotated_key_stride_batch; (void)rotated_key_stride_seq; (void)rotated_key_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         const int64_t rg_p0 = rg_wrap_sub(rg_wrap_add(start_pos, rg_s), (int64_t)0);
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
@@ -433,16 +467,18 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[64];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)query; (void)query_stride_batch; (void)query_stride_seq; (void)query_stride_head; (void)key; (void)key_stride_batch; (void)key_stride_seq; (void)key_stride_head; (void)start_pos; (void)rotated_query; (void)rotated_query_stride_batch; (void)rotated_query_stride_seq; (void)rotated_query_stride_head; (void)rotated_key; (void)rotated_key_stride_batch; (void)rotated_key_stride_seq; (void)rotated_key_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         const int64_t rg_p0 = rg_wrap_sub(rg_wrap_add(start_pos, rg_s), (int64_t)0);
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
@@ -518,16 +554,18 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t B = rg_a->B;
     int64_t S = rg_a->S;
     int threads = rg_a->threads;
-    const int64_t rg_S = rg_a->rg_S;
+    const int64_t rg_B = rg_a->rg_B, rg_S = rg_a->rg_S;
     const int rg_stream = rg_a->rg_stream;
     uint16_t rg_buf[64];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
-    (void)rg_seq; (void)rg_seq_start;
+    (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)query; (void)query_stride_batch; (void)query_stride_seq; (void)query_stride_head; (void)key; (void)key_stride_batch; (void)key_stride_seq; (void)key_stride_head; (void)start_pos; (void)rotated_query; (void)rotated_query_stride_batch; (void)rotated_query_stride_seq; (void)rotated_query_stride_head; (void)rotated_key; (void)rotated_key_stride_batch; (void)rotated_key_stride_seq; (void)rotated_key_stride_head; (void)B; (void)S; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
+        const int64_t rg_tm = rg_t;
+        (void)rg_tm;
         const int64_t rg_p0 = rg_wrap_sub(rg_wrap_add(start_pos, rg_s), (int64_t)0);
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
@@ -605,6 +643,13 @@ int ropegen_ppl_rotary_bypass_key(const uint16_t *query, int64_t query_stride_ba
     if (rg_ntok == 0) return ROPEGEN_OK;
     if (!query || !key || !rotated_query || !rotated_key) return ROPEGEN_EARG;
 
+    /* position arithmetic must not wrap: checked once, at the extreme tokens and pads */
+    {
+        int64_t rg_pad_lo = 0, rg_pad_hi = 0;
+        if (!rg_positions_fit(start_pos, rg_S, rg_pad_lo, rg_pad_hi, (int64_t)0, 0))
+            return ROPEGEN_EOVERFLOW;
+    }
+
     /* large out-of-place outputs are streamed past the caches */
     /* (the environment variable ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
     int rg_stream = RG_CAN_STREAM && 0 > 0 && rg_ntok >= 0;
@@ -615,7 +660,7 @@ int ropegen_ppl_rotary_bypass_key(const uint16_t *query, int64_t query_stride_ba
     }
     if ((const void *)rotated_query == (const void *)query) rg_stream = 0;
     if ((const void *)rotated_key == (const void *)key) rg_stream = 0;
-    const struct rg_args rg_a = { query, query_stride_batch, query_stride_seq, query_stride_head, key, key_stride_batch, key_stride_seq, key_stride_head, start_pos, rotated_query, rotated_query_stride_batch, rotated_query_stride_seq, rotated_query_stride_head, rotated_key, rotated_key_stride_batch, rotated_key_stride_seq, rotated_key_stride_head, B, S, threads, rg_S, rg_stream };
+    const struct rg_args rg_a = { query, query_stride_batch, query_stride_seq, query_stride_head, key, key_stride_batch, key_stride_seq, key_stride_head, start_pos, rotated_query, rotated_query_stride_batch, rotated_query_stride_seq, rotated_query_stride_head, rotated_key, rotated_key_stride_batch, rotated_key_stride_seq, rotated_key_stride_head, B, S, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
 #if defined(_OPENMP)

@@ -76,6 +76,7 @@ def _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S):
     start = _scalar("start_pos", _t_start_pos)
     pad = _t_pad_len.astype(np.int64)[:, None]
     first = _scalar("first_seqlen", _t_first_seqlen)
+    _arith_fits(start, B, S, pad, first)
     offset = start + s
     prompt_len = first - pad
     before_pad = offset < pad
@@ -83,6 +84,29 @@ def _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S):
     pos0 = np.where(before_pad, 0, np.where(in_prompt, offset - pad, prompt_len - 2))
     pos1 = np.where(before_pad | in_prompt, 0, offset - prompt_len + 2)
     return [pos0.astype(np.int64), pos1.astype(np.int64)]
+
+
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
+
+
+def _arith_fits(start, B, S, pad, first=None):
+    """Every formula of the positions, at the extreme tokens and pads, fits in int64: nothing wraps."""
+    if not B * S:
+        return
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    pads = (0,) if isinstance(pad, int) else (int(pad.min()), int(pad.max()))
+    offsets = (start, start + S - 1)
+    values = list(offsets)
+    for pd in pads:
+        for off in offsets:
+            values.append(off - pd)
+            if first is not None:
+                values += [first - 1, first - pd, first - pd - 2, off - (first - pd), off - (first - pd) + 2]
+    if any(v < lo or v > hi for v in values):
+        raise ValueError(f"position arithmetic overflows int64 (start {start}, {S} tokens"
+                         f"{', first_seqlen ' + str(first) if first is not None else ''}): positions must fit in int64")
 
 
 def _view(a, unmerged, perm, split):
@@ -100,9 +124,10 @@ def run(query, key, start_pos, pad_len, first_seqlen, *, check=True):
     _t_pad_len = _take(_sym, "pad_len", pad_len, "int64", ("B", ))
     _t_first_seqlen = _take(_sym, "first_seqlen", np.asarray(first_seqlen), "int64", ())
     B, S = _sym["B"], _sym["S"]
-    streams = _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S)
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
     o_rotated_query = np.empty(_t_query.shape, dtype=_t_query.dtype)
     o_rotated_key = np.empty(_t_key.shape, dtype=_t_key.dtype)
+    streams = _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S)
     x_rotated_query = _view(_t_query, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
     y_rotated_query = _view(o_rotated_query, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)
     x_rotated_key = _view(_t_key, (_sym["B"], _sym["S"], 4, 64, ), (0, 1, 2, 3), 1)

@@ -73,7 +73,31 @@ def _positions(_t_start_pos, B, S):
     s = np.arange(S, dtype=np.int64)[None, :]
     start = _scalar("start_pos", _t_start_pos)
     pad = 0
+    _arith_fits(start, B, S, pad)
     return [start + s - pad]
+
+
+def _by_token(a, B, S, tail=()):
+    """A per-token array (positions, per-token tables), declared in the token dims' memory order, as [B, S, *tail]."""
+    return a.reshape((B, S) + tail)
+
+
+def _arith_fits(start, B, S, pad, first=None):
+    """Every formula of the positions, at the extreme tokens and pads, fits in int64: nothing wraps."""
+    if not B * S:
+        return
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    pads = (0,) if isinstance(pad, int) else (int(pad.min()), int(pad.max()))
+    offsets = (start, start + S - 1)
+    values = list(offsets)
+    for pd in pads:
+        for off in offsets:
+            values.append(off - pd)
+            if first is not None:
+                values += [first - 1, first - pd, first - pd - 2, off - (first - pd), off - (first - pd) + 2]
+    if any(v < lo or v > hi for v in values):
+        raise ValueError(f"position arithmetic overflows int64 (start {start}, {S} tokens"
+                         f"{', first_seqlen ' + str(first) if first is not None else ''}): positions must fit in int64")
 
 
 def _view(a, unmerged, perm, split):
@@ -89,9 +113,10 @@ def run(query, key, start_pos, *, check=True):
     _t_key = _take(_sym, "key", key, "float16", ("B", "S", 8, 64, ))
     _t_start_pos = _take(_sym, "start_pos", np.asarray(start_pos), "int64", ())
     B, S = _sym["B"], _sym["S"]
-    streams = _positions(_t_start_pos, B, S)
+    # outputs first: a fake-huge input (a broadcast view) fails here, before any scan of it
     o_rotated_query = np.empty(_t_query.shape, dtype=_t_query.dtype)
     o_rotated_key = np.empty(_t_key.shape, dtype=_t_key.dtype)
+    streams = _positions(_t_start_pos, B, S)
     x_rotated_query = _view(_t_query, (_sym["B"], _sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
     y_rotated_query = _view(o_rotated_query, (_sym["B"], _sym["S"], 8, 64, ), (0, 1, 2, 3), 1)
     y_rotated_query[..., 32:64] = x_rotated_query[..., 32:64]
