@@ -19,7 +19,8 @@ from . import __version__, cbuild, ir
 from .api import Operator, Program
 from .plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
 from .backends.c_backend import CHUNK_BYTES
-from .inputs import symbol_roles
+from .inputs import elements, symbol_roles
+from .memory import TooLarge, format_bytes, limit_hint, memory_limit
 from .render import render
 
 # sizes for symbols nobody named, by what the symbol stands for (the issue's Llama-3 shapes)
@@ -110,14 +111,47 @@ def _resolve(t: ir.Tensor, sizes: dict[str, int]) -> tuple[int, ...]:
     return tuple(sizes[a.size] if isinstance(a.size, str) else int(a.size) for a in t.axes)
 
 
+def _bench_sizes(op: Operator, sizes: dict[str, int] | None) -> dict[str, int]:
+    """Every symbol's size: from `sizes`, else its role's default."""
+    return {s: int((sizes or {}).get(s, ROLE_DEFAULTS[r])) for s, r in symbol_roles(op.ir).items()}
+
+
+def bench_bytes(op: Operator, sizes: dict[str, int] | None = None) -> int:
+    """About the most memory benchmarking `op` at `sizes` needs, from the declared shapes alone (before
+    anything is allocated): four times its inputs and outputs (the arrays, the in-place copies, the
+    copy yardstick's buffers and the peers' outputs), plus a float32 temporary per input element
+    while the inputs are drawn."""
+    o = op.ir
+    sz = _bench_sizes(op, sizes)
+    inputs = 0
+    widest = 0
+    for t in o.inputs:
+        n = elements(_resolve(t, sz))
+        inputs += n * t.dtype.itemsize
+        widest = max(widest, n)
+    if isinstance(o, ir.RmsNormOp):
+        outputs = elements(_resolve(o.x, sz)) * 8
+    else:
+        outputs = sum(elements(_resolve(o.tensor(r.source), sz)) * o.tensor(r.source).dtype.itemsize
+                      for r in o.outputs)
+    return 4 * (inputs + outputs) + 4 * widest
+
+
+def require_memory(op: Operator, shape: dict[str, Any], limit: int) -> None:
+    """Raise TooLarge (a ValueError) when benchmarking `op` at `shape` needs more than `limit` bytes."""
+    need = bench_bytes(op, shape["sizes"])
+    if need > limit:
+        raise TooLarge(f"shape '{shape['label']}' is too large for {op.name}: it needs about {format_bytes(need)}, "
+                       f"over {format_bytes(limit)} ({limit_hint()})")
+
+
 def bench_inputs(op: Operator, sizes: dict[str, int] | None = None, positions: str = "random",
                  seed: int = 0) -> dict[str, np.ndarray]:
     """Valid inputs of benchmark size: every symbol sized from `sizes` or its role's default; positions
     0..S-1 per sequence ('prefill') or uniform over the table rows ('random', decode-like)."""
     rng = np.random.default_rng(seed)
     o = op.ir
-    roles = symbol_roles(o)
-    sz = {s: int((sizes or {}).get(s, ROLE_DEFAULTS[r])) for s, r in roles.items()}
+    sz = _bench_sizes(op, sizes)
     out: dict[str, np.ndarray] = {}
     if isinstance(o, ir.RmsNormOp):
         for t in o.inputs:
@@ -596,9 +630,11 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str = "c", thre
         raise ValueError(f"bench measures the c or numpy backend, not '{backend}'")
     if threads is None:
         threads = cbuild.default_threads()
-    if threads < 1:
-        raise ValueError("threads must be at least 1")
-    repeats = max(1, int(repeats))
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if isinstance(repeats, bool) or int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    repeats = int(repeats)
     parsed = [parse_shape(s) for s in (shapes or DEFAULT_SHAPES)]
     peers = tuple(peers)
     known = {sym for op in ops for sym in symbol_roles(op.ir)}
@@ -607,6 +643,16 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str = "c", thre
         if unknown:
             raise ValueError(f"shape '{shape['label']}' sizes {', '.join(sorted(unknown))}, which no operator "
                              f"has; symbols: {', '.join(sorted(known)) or 'none'}")
+    limit = memory_limit()
+    for op in ops:      # every size is checked before anything is allocated or built
+        for shape in parsed:
+            require_memory(op, shape, limit)
+    from .backends.c_backend import CBackend
+    from .checker import backend_unavailable
+    why = backend_unavailable(CBackend())
+    if why:   # the copy yardstick is C whatever the backend measured
+        raise cbuild.CompilerError(f"bench needs a working C compiler (for {'the kernels and ' if backend == 'c' else ''}"
+                                   f"the copy yardstick): {why}")
     yard = Yardstick()
     results: list[dict[str, Any]] = []
     for op in ops:
@@ -731,5 +777,5 @@ def format_results(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["bench", "format_results", "llama3_suite", "bench_inputs", "bytes_moved", "parse_shape",
+__all__ = ["bench", "format_results", "llama3_suite", "bench_inputs", "bench_bytes", "bytes_moved", "parse_shape",
            "ggml_peer_graph"]

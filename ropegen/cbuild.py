@@ -112,6 +112,16 @@ def identity() -> str:
     return _identity(tuple(compiler()))
 
 
+def check_usable() -> None:
+    """CompilerError unless the compiler builds a trivial C11 program: a `CC` that is found but builds
+    nothing (CC=false) must make the C backend unavailable, not produce failed checks."""
+    cmd = tuple(compiler())
+    _identity(cmd)
+    if not _supports(cmd, "-std=c11"):
+        raise CompilerError(f"C compiler '{' '.join(cmd)}' cannot build a trivial C11 program; "
+                            "install one (e.g. gcc) or point CC at it")
+
+
 @lru_cache(maxsize=None)
 def _supports(cmd: tuple[str, ...], flag: str) -> bool:
     """Whether the compiler accepts `flag` for a tiny C11 program."""

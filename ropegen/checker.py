@@ -7,7 +7,10 @@ import numpy as np
 
 from . import backends, reference
 from .api import Operator
-from .inputs import CASES, make_inputs
+from .inputs import CASES, case_bytes, make_inputs
+from .memory import format_bytes, memory_limit
+
+RAN, SKIPPED, NOT_RUN = "ran", "skipped", "not run"
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,14 @@ class Row:
     max_rel: float
     ok: bool
     note: str = ""
+    # RAN: compared (ok or a mismatch); SKIPPED: the backend cannot run here (note says why);
+    # NOT_RUN: nothing was compared because the case cannot be tested here (too large for memory)
+    status: str = RAN
+
+
+def backend_unavailable(b) -> str | None:
+    """Why backend `b` cannot run here, or None."""
+    return b.unavailable()
 
 
 def _storage_dtype(op: Operator):
@@ -47,32 +58,61 @@ def compare(out: np.ndarray, ref: np.ndarray, dtype, magnitude: float) -> tuple[
     return max_abs, max_rel, bool(finite and (diff <= allowed).all())
 
 
-def check_operator(op: Operator, backend_names: tuple[str, ...] | None = None, seed: int = 0) -> list[Row]:
+def check_operator(op: Operator, backend_names: tuple[str, ...] | None = None, seed: int = 0,
+                   limit: int | None = None) -> list[Row]:
+    """One row per backend and case. A backend that cannot run here gives one SKIPPED row; a case whose
+    arrays would need more than `limit` bytes (default: memory_limit()) gives one NOT_RUN row
+    (backend '-') instead of allocating them."""
     rows: list[Row] = []
     dtype = _storage_dtype(op)
-    for b in backends.BACKENDS:
-        if backend_names is not None and b.name not in backend_names:
-            continue
-        why = b.unavailable()
+    wanted = [b for b in backends.BACKENDS if backend_names is None or b.name in backend_names]
+    runnable = []
+    for b in wanted:
+        why = backend_unavailable(b)
         if why:
-            rows.append(Row(op.name, b.name, dtype.name, "-", float("nan"), float("nan"), True, f"skipped: {why}"))
-            continue
-        for i, case in enumerate(CASES):
+            rows.append(Row(op.name, b.name, dtype.name, "-", float("nan"), float("nan"), True, f"skipped: {why}",
+                            SKIPPED))
+        else:
+            runnable.append(b)
+    if not runnable:
+        return rows
+    if limit is None:
+        limit = memory_limit()
+    names = ", ".join(b.name for b in runnable)
+    cases = []
+    for i, case in enumerate(CASES):
+        need = case_bytes(op.ir, case)
+        if need > limit:
+            rows.append(Row(op.name, names, dtype.name, case.label, float("nan"), float("nan"), False,
+                            f"not run: too large to test here: needs about {format_bytes(need)}, "
+                            f"limit {format_bytes(limit)}", NOT_RUN))
+        else:
+            cases.append((i, case))
+    for b in runnable:
+        for i, case in cases:
             try:
                 arrays = make_inputs(op.ir, case, seed=seed + i)
                 ref = reference.evaluate(op.ir, arrays)
+            except MemoryError:
+                rows.append(Row(op.name, b.name, dtype.name, case.label, float("nan"), float("nan"), False,
+                                "not run: out of memory building the inputs and the reference", NOT_RUN))
+                continue
             except (ValueError, IndexError, OverflowError) as exc:
                 rows.append(Row(op.name, b.name, dtype.name, case.label, float("inf"), float("inf"), False,
                                 f"no valid inputs: {exc}"))
                 continue
             try:
                 outs = op.run_all(*[arrays[n] for n in op.inputs], backend=b.name)
+            except MemoryError:
+                rows.append(Row(op.name, b.name, dtype.name, case.label, float("nan"), float("nan"), False,
+                                "not run: out of memory running the backend", NOT_RUN))
+                continue
             except Exception as exc:  # a backend failure is a check failure, reported as a row
                 rows.append(Row(op.name, b.name, dtype.name, case.label, float("inf"), float("inf"), False,
                                 f"error: {type(exc).__name__}: {exc}"))
                 continue
-            magnitude = max(float(np.max(np.abs(np.asarray(a, dtype=np.float64)))) if a.size and a.dtype.kind == "f"
-                            else 0.0 for a in arrays.values())
+            magnitude = max((float(np.max(np.abs(np.asarray(a, dtype=np.float64)))) if a.size and a.dtype.kind == "f"
+                             else 0.0 for a in arrays.values()), default=0.0)
             worst = (0.0, 0.0, True)
             for name, out in zip(op.outputs, outs):
                 m_abs, m_rel, ok = compare(out, ref[name], dtype, magnitude)
@@ -81,17 +121,38 @@ def check_operator(op: Operator, backend_names: tuple[str, ...] | None = None, s
     return rows
 
 
+NOTE_WIDTH = 100
+
+
+def _short(note: str) -> str:
+    """A note's first line, cut to NOTE_WIDTH characters (the full text goes under the table)."""
+    first = note.strip().splitlines()[0] if note.strip() else ""
+    return first if len(first) <= NOTE_WIDTH and first == note.strip() else first[:NOTE_WIDTH - 3].rstrip() + "..."
+
+
 def format_table(rows: list[Row]) -> str:
+    """The rows as a table; notes longer than a line are shortened there and listed in full below it."""
     head = ("operator", "backend", "dtype", "case", "max abs err", "max rel err", "ok")
     body = []
+    details: list[str] = []
     for r in rows:
-        if r.note.startswith("skipped"):
-            body.append((r.operator, r.backend, r.dtype, r.case, "-", "-", r.note))
-            continue
-        body.append((r.operator, r.backend, r.dtype, r.case, f"{r.max_abs:.3g}", f"{r.max_rel:.3g}",
-                     ("ok" if r.ok else "MISMATCH") + (f" ({r.note})" if r.note else "")))
+        note = _short(r.note) if r.note else ""
+        if note != r.note.strip() and r.note.strip() not in details:
+            details.append(r.note.strip())
+        if r.status == SKIPPED or r.note.startswith("skipped"):
+            body.append((r.operator, r.backend, r.dtype, r.case, "-", "-", note))
+        elif r.status == NOT_RUN:
+            body.append((r.operator, r.backend, r.dtype, r.case, "-", "-", note))
+        else:
+            body.append((r.operator, r.backend, r.dtype, r.case, f"{r.max_abs:.3g}", f"{r.max_rel:.3g}",
+                         ("ok" if r.ok else "MISMATCH") + (f" ({note})" if note else "")))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(head, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in body]
+    if details:
+        lines.append("")
+        lines.append("notes in full:")
+        for d in details:
+            lines += ["  " + line for line in d.splitlines()]
     return "\n".join(lines)

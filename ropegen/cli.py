@@ -21,7 +21,10 @@ def _load(path: str):
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{path}: no such spec file")
-    return compile_spec(p)
+    program = compile_spec(p)
+    for w in program.spec.warnings:   # stderr, so that compile's list of written paths stays clean
+        print(w.render(program.source), file=sys.stderr)
+    return program
 
 
 def cmd_compile(args) -> int:
@@ -40,23 +43,64 @@ def cmd_compile(args) -> int:
 
 def cmd_check(args) -> int:
     from . import backends
-    from .checker import check_operator, format_table
-    wanted = None
+    from .checker import NOT_RUN, RAN, backend_unavailable, check_operator, format_table
+    from .memory import format_bytes, limit_hint, memory_limit
+    try:
+        limit = memory_limit()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    skipped: dict[str, str] = {}
     if args.backend:
-        wanted = tuple(b.strip() for b in args.backend.split(","))
+        wanted = tuple(dict.fromkeys(b.strip() for b in args.backend.split(",")))
         for b in wanted:
             if b not in backends.names():
                 raise UserError(f"unknown backend '{b}'; backends: {', '.join(backends.names())}")
+        for b in wanted:   # asked for by name: a backend that cannot run is an error, not a skip
+            why = backend_unavailable(backends.get(b))
+            if why:
+                raise UserError(f"backend '{b}' cannot run here: {why}")
+    else:
+        wanted = ()
+        for b in backends.BACKENDS:
+            why = backend_unavailable(b)
+            if why:
+                skipped[b.name] = why
+            else:
+                wanted += (b.name,)
+    programs = [(spec, _load(spec)) for spec in args.spec]   # every spec error before any run
     rows = []
-    for spec in args.spec:
-        for op in _load(spec):
-            rows += check_operator(op, wanted, seed=args.seed)
-    print(format_table(rows))
-    bad = [r for r in rows if not r.ok]
-    ran = [r for r in rows if not r.note.startswith("skipped")]
-    print(f"\n{len(ran) - len(bad)} passed, {len(bad)} failed" +
-          (f", {len(rows) - len(ran)} skipped" if len(rows) > len(ran) else ""))
-    return EXIT_MISMATCH if bad else EXIT_OK
+    for spec, program in programs:
+        for op in program:
+            print(f"checking {spec}: {op.name} ({', '.join(wanted) or 'no backend'}) ...", file=sys.stderr, flush=True)
+            rows += check_operator(op, wanted, seed=args.seed, limit=limit) if wanted else []
+    if rows:
+        print(format_table(rows))
+    ran = [r for r in rows if r.status == RAN]
+    bad = [r for r in ran if not r.ok]
+    not_run = [r for r in rows if r.status == NOT_RUN]
+    if skipped:
+        print("\nskipped backends (cannot run here):")
+        for name, why in skipped.items():
+            print(f"  {name}: {why}")
+    summary = f"{len(ran) - len(bad)} passed, {len(bad)} failed"
+    if not_run:
+        summary += f", {len(not_run)} not run"
+    if skipped:
+        summary += f"; skipped backends: {', '.join(skipped)}"
+    print(("\n" if rows or skipped else "") + summary)
+    if not_run:
+        ops = ", ".join(dict.fromkeys(r.operator for r in not_run))
+        print(f"ropegen: error: {len(not_run)} case(s) not run ({ops}): the spec's fixed sizes are too large to "
+              f"test in {format_bytes(limit)} ({limit_hint()})", file=sys.stderr)
+    if bad:        # a real mismatch outranks cases that could not be run
+        return EXIT_MISMATCH
+    if not_run:
+        return EXIT_USER
+    if not ran:
+        why = "no backend can run here" if not wanted else "the specs have no operators"
+        print(f"ropegen: error: nothing was checked: {why}", file=sys.stderr)
+        return EXIT_USER
+    return EXIT_OK
 
 
 def cmd_explain(args) -> int:
@@ -83,13 +127,18 @@ def cmd_import_onnx(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    from .cbuild import CompilerError
     try:
         return _bench(args)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    except CompilerError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _bench(args) -> int:
+    from . import backends
+    from .checker import backend_unavailable
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
     if args.suite == "llama3":
@@ -98,6 +147,9 @@ def _bench(args) -> int:
     if not ops:
         raise UserError("nothing to measure: give SPEC files or --suite llama3")
     if args.backend == "cuda":
+        why = backend_unavailable(backends.get("cuda"))
+        if why:
+            raise UserError(f"backend 'cuda' cannot run here: {why}")
         from .cuda_bench import bench_cuda, format_cuda
         results = bench_cuda(ops, shapes=args.shape, repeats=args.repeats)
         print(format_cuda(results))
@@ -110,6 +162,55 @@ def _bench(args) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# option types: a bad value is an argparse error (usage, message, exit 2), never a traceback
+
+MAX_SEED = 2 ** 63 - 1
+MAX_THREADS = 1024
+MAX_REPEATS = 1_000_000
+
+
+def _int_option(lo: int, hi: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer {what}, got '{text}'") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {what} is {lo}..{hi}")
+        return value
+    parse.__name__ = what   # argparse names the type in some messages
+    return parse
+
+
+def _shape_option(text: str) -> str:
+    """NAME=VALUE items separated by commas: sizes are integers >= 0, positions=prefill|random,
+    dtype=NAME (the CUDA bench). Which names apply is checked against the operators later."""
+    from .dtypes import DTYPES
+    items = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"empty shape '{text}': expected NAME=SIZE items, e.g. T=4096")
+    for part in items:
+        name, eq, value = (x.strip() for x in part.partition("="))
+        if not eq or not name or not value:
+            raise argparse.ArgumentTypeError(f"bad shape item '{part}': expected NAME=SIZE, e.g. T=4096")
+        if name == "positions":
+            if value not in ("prefill", "random"):
+                raise argparse.ArgumentTypeError(f"positions={value}: expected prefill or random")
+        elif name == "dtype":
+            floats = sorted(n for n, d in DTYPES.items() if d.is_float)
+            if value not in floats:
+                raise argparse.ArgumentTypeError(f"dtype={value}: expected one of {', '.join(floats)}")
+        else:
+            try:
+                size = int(value, 10)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"bad size '{part}': expected NAME=INTEGER") from None
+            if size < 0:
+                raise argparse.ArgumentTypeError(f"bad size '{part}': sizes are >= 0")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,10 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run every backend against the float64 reference",
                        description="Run each operator of each SPEC on random inputs (several shapes, odd sizes, "
                                    "strided views) on every available backend and compare with the float64 "
-                                   "reference. Exit 1 on any mismatch.")
+                                   "reference. Backends that cannot run here are listed with the reason. Exit 1 "
+                                   "on any mismatch; exit 2 when a backend named by --backend cannot run, when "
+                                   "nothing ran, or when a case's arrays would need more than $ROPEGEN_MEMORY_LIMIT "
+                                   "(default: half the available memory).")
     p.add_argument("spec", nargs="+", metavar="SPEC")
     p.add_argument("--backend", default=None, help="comma list of backends (default: all available)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_int_option(0, MAX_SEED, "seed"), default=0,
+                   help=f"seed of the random inputs, 0..{MAX_SEED} (default: 0)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("explain", help="print the resolved plan: pair map, frequencies, constants, dtypes")
@@ -150,11 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", choices=("llama3",), default=None,
                    help="add a built-in set: llama3 = Llama-3-8B RoPE (f32, bf16; cache and computed) "
                         "and RMSNorm [4096, 4096]")
-    p.add_argument("--backend", default="c", help="c (default), numpy or cuda")
-    p.add_argument("--threads", type=int, default=None, help="threads for the C backend (default: all cores)")
-    p.add_argument("--shape", action="append", default=None,
+    p.add_argument("--backend", default="c", choices=("c", "numpy", "cuda"), help="c (default), numpy or cuda")
+    p.add_argument("--threads", type=_int_option(1, MAX_THREADS, "threads"), default=None,
+                   help=f"threads for the C backend, 1..{MAX_THREADS} (default: all cores)")
+    p.add_argument("--shape", action="append", default=None, type=_shape_option,
                    help="symbol sizes, e.g. T=4096 (repeatable; default: the issue's Llama-3 shapes)")
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--repeats", type=_int_option(1, MAX_REPEATS, "repeats"), default=20,
+                   help=f"timed repeats per measurement, 1..{MAX_REPEATS} (default: 20)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     p.set_defaults(func=cmd_bench)
     return ap
@@ -172,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER
     except (OSError, UnicodeDecodeError) as exc:
         print(f"ropegen: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except MemoryError:   # the size checks come first; this is the last resort
+        print("ropegen: error: out of memory: the sizes asked for do not fit in this machine's memory",
+              file=sys.stderr)
         return EXIT_USER
 
 

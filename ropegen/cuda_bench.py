@@ -157,9 +157,13 @@ def _peers(tokens: int, hq: int, hk: int, d: int, dtype: str, repeats: int, base
     return rows
 
 
+SHAPE_KEYS = ("T", "tokens", "HQ", "HK", "D", "dtype")
+
+
 def parse_shapes(shapes) -> tuple[tuple, ...]:
     """None -> DEFAULT_SHAPES; tuples pass through; CLI strings like "T=4096" (optionally
-    ",dtype=f32") pick those token counts for both default dtypes unless a dtype is given."""
+    ",dtype=f32", ",HQ=32,HK=8,D=128") pick those token counts for both default dtypes unless a dtype
+    is given. A malformed item, an unknown key or an impossible size is a ValueError."""
     if not shapes:
         return DEFAULT_SHAPES
     out: list[tuple] = []
@@ -167,11 +171,59 @@ def parse_shapes(shapes) -> tuple[tuple, ...]:
         if isinstance(sh, tuple):
             out.append(sh)
             continue
-        kv = dict(part.split("=", 1) for part in str(sh).replace(" ", "").split(",") if "=" in part)
-        tokens = int(kv.get("T", kv.get("tokens", 4096)))
+        kv: dict[str, str] = {}
+        for part in (p.strip() for p in str(sh).replace(" ", ",").split(",")):
+            if not part:
+                continue
+            key, eq, value = (x.strip() for x in part.partition("="))
+            if not eq or not key or not value:
+                raise ValueError(f"bad shape item '{part}': expected NAME=VALUE, e.g. T=4096")
+            if key not in SHAPE_KEYS:
+                raise ValueError(f"shape '{sh}': the CUDA bench takes {', '.join(SHAPE_KEYS)}, not '{key}'")
+            kv[key] = value
+        ints = {}
+        for key, default, lo in (("T", 4096, 0), ("HQ", 32, 1), ("HK", 8, 1), ("D", 128, 2)):
+            raw = kv.get(key, kv.get("tokens", default) if key == "T" else default)
+            try:
+                ints[key] = int(raw)
+            except ValueError:
+                raise ValueError(f"shape '{sh}': {key}={raw} is not an integer") from None
+            if ints[key] < lo:
+                raise ValueError(f"shape '{sh}': {key}={ints[key]}: it must be at least {lo}")
+        if ints["D"] % 2:
+            raise ValueError(f"shape '{sh}': D={ints['D']}: head_dim must be even")
+        if "dtype" in kv and (kv["dtype"] not in DTYPES or not DTYPES[kv["dtype"]].is_float):
+            raise ValueError(f"shape '{sh}': dtype={kv['dtype']}: expected a float dtype "
+                             f"({', '.join(n for n, d in DTYPES.items() if d.is_float)})")
         dts = (kv["dtype"],) if "dtype" in kv else ("bf16", "f32")
-        out += [(tokens, int(kv.get("HQ", 32)), int(kv.get("HK", 8)), int(kv.get("D", 128)), dt) for dt in dts]
+        out += [(ints["T"], ints["HQ"], ints["HK"], ints["D"], dt) for dt in dts]
     return tuple(out)
+
+
+def shape_bytes(tokens: int, hq: int, hk: int, d: int, dtype: str) -> tuple[int, int]:
+    """(host, device) bytes one shape needs, about, before anything is allocated: on the host the
+    float64 draws and their cast (q, k) and float64 cos/sin tables; on the device the inputs and
+    outputs, the copy yardstick's two buffers and the peers' tensors (four times what one call moves)."""
+    n = tokens * (hq + hk) * d
+    host = n * (8 + DTYPES[dtype].itemsize) + 2 * max(tokens, 1) * d * 8
+    device = 4 * 2 * n * DTYPES[dtype].itemsize
+    return host, device
+
+
+def require_memory(shapes: Iterable[tuple], device_free: int | None = None) -> None:
+    """Raise TooLarge (a ValueError) for a shape that cannot fit in the host memory limit or, when
+    `device_free` is given, in half the device's free memory."""
+    from .memory import TooLarge, format_bytes, limit_hint, memory_limit
+    limit = memory_limit()
+    for tokens, hq, hk, d, dtype in shapes:
+        host, device = shape_bytes(tokens, hq, hk, d, dtype)
+        label = f"T={tokens},HQ={hq},HK={hk},D={d},dtype={dtype}"
+        if host > limit:
+            raise TooLarge(f"shape {label} is too large: it needs about {format_bytes(host)} of host memory, "
+                           f"over {format_bytes(limit)} ({limit_hint()})")
+        if device_free is not None and device > device_free // 2:
+            raise TooLarge(f"shape {label} is too large: it needs about {format_bytes(device)} of device memory, "
+                           f"over half the {format_bytes(device_free)} free")
 
 
 def format_cuda(results: list[dict]) -> str:
@@ -194,12 +246,17 @@ def bench_cuda(ops: Iterable, shapes=None, repeats: int = 100) -> list[dict]:
     (median), bytes (read + written), gbps, copy_ms and ratio (= copy_ms / ms, the fraction of the
     same-run device-to-device copy speed), device (name).
     """
+    shapes = parse_shapes(shapes)
+    if isinstance(repeats, bool) or int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    require_memory(shapes)          # host sizes first: nothing is allocated yet
     import cupy
+    require_memory(shapes, int(cupy.cuda.runtime.memGetInfo()[0]))
     device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     device = device.decode() if isinstance(device, bytes) else str(device)
     results: list[dict] = []
     ops = list(ops)
-    for tokens, hq, hk, d, dtype in parse_shapes(shapes):
+    for tokens, hq, hk, d, dtype in shapes:
         shape = dict(tokens=tokens, heads_q=hq, heads_k=hk, head_dim=d, dtype=dtype, device=device)
         nbytes = 2 * tokens * (hq + hk) * d * DTYPES[dtype].itemsize
         copy_ms = _copy_ms(nbytes, repeats)

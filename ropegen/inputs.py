@@ -26,6 +26,63 @@ CASES = (
 )
 
 
+# ---------------------------------------------------------------------------------------------
+# how much memory a case needs (the limit itself lives in memory.py)
+
+def elements(shape) -> int:
+    """The number of elements of a shape, as an exact Python int (no int64 overflow)."""
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def symbol_bounds(op: ir.Operator, case: "Case") -> dict[str, int]:
+    """An upper bound for every symbol's size in make_inputs(op, case, any seed)."""
+    out: dict[str, int] = {}
+    for sym, role in symbol_roles(op).items():
+        if role in ("tokens", "seq"):
+            out[sym] = case.tokens
+        elif role == "batch":
+            out[sym] = case.batch
+        elif role == "sequences":
+            out[sym] = max(1, case.batch)
+        elif role == "rows":
+            # positions stay below max_position + tokens + 128 (decode starts) in every kind; +4 spare rows
+            out[sym] = case.max_position + case.tokens + 128 + 5
+        else:
+            out[sym] = 7 if case.tokens > 1 else 1
+    return out
+
+
+def case_bytes(op: ir.Operator, case: "Case") -> int:
+    """About the most memory checking `op` on `case` needs, in bytes, from the declared shapes alone
+    (before anything is allocated): every input (rotated inputs twice more when strided), every
+    output, and the float64 copies the reference and the comparison make of rotated data (four
+    8-byte values per element)."""
+    bounds = symbol_bounds(op, case)
+
+    def count(t: ir.Tensor) -> int:
+        return elements(bounds[a.size] if isinstance(a.size, str) else a.size for a in t.axes)
+
+    total = 0
+    if isinstance(op, ir.RmsNormOp):
+        widest = max(t.dtype.itemsize for t in op.inputs)
+        for t in op.inputs:
+            total += count(t) * t.dtype.itemsize
+        n = count(op.x)
+        total += n * op.x.dtype.itemsize * (2 if case.strided else 0) + n * (widest + 4 * 8)
+        return total
+    rotated = {o.source for o in op.outputs}
+    for t in op.inputs:
+        n = count(t)
+        total += n * t.dtype.itemsize * (3 if case.strided and t.name in rotated else 1)
+    for o in op.outputs:
+        t = op.tensor(o.source)
+        total += count(t) * (t.dtype.itemsize + 4 * 8)
+    return total
+
+
 def symbol_roles(op: ir.Operator) -> dict[str, str]:
     """What each symbol stands for: tokens, batch, seq, rows (table rows), sequences, or free."""
     roles: dict[str, str] = {}

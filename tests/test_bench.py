@@ -13,7 +13,8 @@ from ropegen import bench as B
 from ropegen.backends.c_backend import CBackend
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(CBackend().unavailable() is not None, reason="no C compiler")
+pytestmark = pytest.mark.skipif(CBackend().unavailable() is not None,
+                                reason=f"no C compiler for the bench kernels and yardstick: {CBackend().unavailable()}")
 
 
 def _op(spec: str, name: str):
@@ -87,8 +88,8 @@ def test_llama3_suite_has_the_issue_operators():
                                        ("onnx_rmsnorm.rope", "rms_axis_negative_broadcast"),
                                        ("llama3.rope", "llama3_8b")])
 def test_onnxruntime_peer_computes_the_same_operator(spec, name):
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (the `bench` extra) is not installed")
+    pytest.importorskip("onnx", reason="onnx (the `test` extra) is not installed")
     op = _op(spec, name)
     if op.kind == "rope" and op.plan.storage.name == "bf16":       # onnxruntime has no bf16 kernel: f32 copy
         op = ropegen.compile((ROOT / "examples" / spec).read_text().replace("bf16", "f32"))[name]
@@ -106,7 +107,7 @@ def test_onnxruntime_peer_computes_the_same_operator(spec, name):
                                        ("ggml_rope.rope", "ggml_backward"), ("ggml_rope.rope", "ggml_neox_yarn_exact"),
                                        ("llama3.rope", "llama3_8b")])
 def test_ggml_peer_computes_the_same_operator(spec, name):
-    pytest.importorskip("ggml")
+    pytest.importorskip("ggml", reason="ggml-python (the `bench` extra) is not installed")
     op = _op(spec, name)
     if op.plan.storage.name == "bf16":              # ggml's rope has f32 and f16 kernels only: an f32 copy
         op = ropegen.compile((ROOT / "examples" / spec).read_text().replace("bf16", "f32"))[name]
@@ -130,7 +131,7 @@ def test_ggml_peer_computes_the_same_operator(spec, name):
 
 
 def test_ggml_peer_says_why_not():
-    pytest.importorskip("ggml")
+    pytest.importorskip("ggml", reason="ggml-python (the `bench` extra) is not installed")
     cached = _op("llama3.rope", "llama3_8b_cached")
     assert "cos/sin table" in B.ggml_peer_graph(cached, B.bench_inputs(cached, {"T": 2, "P": 4}))
     bf16 = _op("llama3.rope", "llama3_8b")
@@ -140,7 +141,7 @@ def test_ggml_peer_says_why_not():
 
 
 def test_ggml_peer_in_bench_results():
-    pytest.importorskip("ggml")
+    pytest.importorskip("ggml", reason="ggml-python (the `bench` extra) is not installed")
     op = ropegen.compile((ROOT / "examples" / "llama3.rope").read_text().replace("bf16", "f32"))["llama3_8b"]
     r = B.bench([op], threads=1, shapes=["T=8,positions=prefill"], repeats=2, peers=("ggml",), inplace=False)
     peer = r[0]["peers"]["ggml"]

@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx", reason="onnx (the `test` extra) is not installed")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from onnx.reference.ops.op_rotary_embedding import rotary_embedding  # noqa: E402

@@ -550,7 +550,7 @@ class CBackend(Backend):
 
     def unavailable(self) -> str | None:
         try:
-            cbuild.identity()
+            cbuild.check_usable()
         except cbuild.CompilerError as exc:
             return str(exc)
         return None
