@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from functools import cached_property
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -10,6 +10,7 @@ import numpy as np
 
 from . import backends, ir
 from .check import check
+from .diagnostics import SpecWarning
 from .parse import parse
 from .plan import Plan, plan_operator
 
@@ -127,7 +128,10 @@ def load_source(path_or_text: str | os.PathLike) -> tuple[str, str]:
 
 
 def compile(path_or_text: str | os.PathLike, file: str | None = None) -> Program:  # noqa: A001
-    """Parse, check and plan a spec given as a path or as text; raises SpecError on a bad spec."""
+    """Parse, check and plan a spec given as a path or as text; raises SpecError on a bad spec and
+    issues a SpecWarning for each warning-level diagnostic."""
     text, name = load_source(path_or_text)
     spec = check(parse(text, file or name))
+    for w in spec.warnings:
+        warnings.warn(w.render(text), SpecWarning, stacklevel=2)
     return Program(spec, text)

@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from . import __version__
-from .diagnostics import SpecError
+from .diagnostics import SpecError, SpecWarning
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER = 0, 1, 2
 
@@ -21,7 +22,9 @@ def _load(path: str):
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{path}: no such spec file")
-    program = compile_spec(p)
+    with warnings.catch_warnings():   # printed below, with the other diagnostics' layout
+        warnings.simplefilter("ignore", SpecWarning)
+        program = compile_spec(p)
     for w in program.spec.warnings:   # stderr, so that compile's list of written paths stays clean
         print(w.render(program.source), file=sys.stderr)
     return program

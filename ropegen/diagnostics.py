@@ -53,6 +53,10 @@ class Diagnostic:
         return "\n".join(lines)
 
 
+class SpecWarning(UserWarning):
+    """A spec that checks but probably says something other than what was meant (a warning[C0xx])."""
+
+
 class SpecError(Exception):
     """One or more diagnostics against one spec source; str() is the rendered report."""
 

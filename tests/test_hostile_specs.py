@@ -15,7 +15,7 @@ from ropegen import ir
 from ropegen.api import compile as compile_spec
 from ropegen.check import check
 from ropegen.check_limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, MAX_NAME
-from ropegen.diagnostics import SpecError
+from ropegen.diagnostics import SpecError, SpecWarning
 from ropegen.generate import ready_targets, write_program
 from ropegen.parse import MAX_NESTING, parse
 from ropegen.plan import ExactAngles
@@ -296,6 +296,9 @@ def test_freq_scale_above_one_is_a_warning_not_an_error(tmp_path):
     rendered = w.render(spec)
     assert rendered.startswith(f"{FILE}:7:{col}: warning[C038]: ") and "error[" not in rendered
     assert "0.25" in (w.hint or "")
+
+    with pytest.warns(SpecWarning, match=r"warning\[C038\]"):   # the Python API says it too
+        compile_spec(spec)
 
     path = tmp_path / "yarn.rope"
     path.write_text(spec, encoding="utf-8")
