@@ -181,7 +181,8 @@ def make_inputs(op: ir.Operator, case: Case, seed: int = 0) -> dict[str, np.ndar
         max_rows_needed = int(ids.max()) + 1 if ids.size else 1
     if pos.kind in (ir.PositionKind.ARANGE, ir.PositionKind.GLM2D):
         prefill = pos.kind is ir.PositionKind.ARANGE or rng.random() < 0.5
-        first_seqlen = S if prefill else int(rng.integers(2, 64))
+        # GLM prompts hold at least [gMASK] and BOS: first_seqlen >= 2 keeps prompt_len - 2 >= 0
+        first_seqlen = max(S, 2) if prefill else int(rng.integers(2, 64))
         start = 0 if prefill and pos.kind is ir.PositionKind.GLM2D else int(rng.integers(0, case.max_position))
         if not prefill:
             start = first_seqlen + int(rng.integers(0, 64))

@@ -236,3 +236,34 @@ def test_numpy_allocates_before_scanning_fake_huge_inputs():
     except subprocess.TimeoutExpired:
         pytest.fail("the NumPy module scanned a fake-huge positions view before allocating its outputs")
     assert r.returncode == 0 and "rejected" in r.stdout, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# found by the reliability suite
+
+@pytest.mark.parametrize("positions", ["arange(start = 100)", "glm2d(start = 0, first_seqlen = 50)"])
+def test_zero_batch_is_an_empty_call_whatever_its_positions_would_be(positions):
+    """No token, no position: the NumPy module used to range-check arange positions of a [1, S]
+    stream even for batch 0 and refuse a call the C backend accepted."""
+    pairing = "glm2d(inner = neox)" if positions.startswith("glm2d") else "neox"
+    width = 2 if positions.startswith("glm2d") else 4
+    op = ropegen.compile(f"rope a {{ in x: f32[batch=B, seq=S, heads=1, head_dim=8] in c: f32[P, {width}] "
+                         f"in s: f32[P, {width}] out y = rotate(x) pairing = {pairing} positions = {positions} "
+                         "angles = table(cos = c, sin = s) }")["a"]
+    x = np.ones((0, 3, 1, 8), np.float32)
+    c = np.ones((2, width), np.float32)
+    for b in [n for n in ("numpy", "c") if not ropegen.backends.get(n).unavailable()]:
+        y = op(x, c, c, backend=b)
+        assert y.shape == (0, 3, 1, 8) and y.dtype == np.float32, b
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_check_glm2d_positions_with_tables_finds_valid_inputs(seed):
+    """`ropegen check` drew first_seqlen = S = 1 for a one-token prefill: position first_seqlen - 2 = -1
+    is no table row, and the check reported 'no valid inputs' for a valid spec."""
+    from ropegen.checker import check_operator
+    op = ropegen.compile("rope g2 { in x: f32[batch=B, seq=S, heads=2, head_dim=8] in start: i64[] in fs: i64[] "
+                         "in c: f32[P, 2] in s: f32[P, 2] out y = rotate(x) pairing = glm2d "
+                         "positions = glm2d(start = start, first_seqlen = fs) angles = table(cos = c, sin = s) }")["g2"]
+    rows = check_operator(op, ("numpy",), seed=seed)
+    assert rows and all(r.ok for r in rows), [r for r in rows if not r.ok]

@@ -91,7 +91,7 @@ def _positions(_t_pad_len, _t_start_pos, B, S):
     start = _scalar("start_pos", _t_start_pos)
     pad = _t_pad_len.astype(np.int64)[:, None]
     _arith_fits(start, B, S, pad)
-    return [start + s - pad]
+    return [np.broadcast_to(start + s - pad, (B, S))]
 
 
 def _by_token(a, B, S, tail=()):

@@ -83,7 +83,7 @@ def _positions(_t_pad_len, _t_start_pos, _t_first_seqlen, B, S):
     in_prompt = offset < first - 1
     pos0 = np.where(before_pad, 0, np.where(in_prompt, offset - pad, prompt_len - 2))
     pos1 = np.where(before_pad | in_prompt, 0, offset - prompt_len + 2)
-    return [pos0.astype(np.int64), pos1.astype(np.int64)]
+    return [np.broadcast_to(pos0.astype(np.int64), (B, S)), np.broadcast_to(pos1.astype(np.int64), (B, S))]
 
 
 def _by_token(a, B, S, tail=()):
