@@ -20,6 +20,7 @@ position.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import re
@@ -507,24 +508,15 @@ _HOST_DIR = None
 _HOST_LIBS: dict = {}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _remove_host_dir():
-    """The host builds' scratch folder goes when this module's tests are done (the libraries
-    stay mapped: unlinking a loaded .so is safe)."""
-    yield
-    global _HOST_DIR
-    if _HOST_DIR is not None:
-        shutil.rmtree(_HOST_DIR, ignore_errors=True)
-        _HOST_DIR = None
-        _HOST_LIBS.clear()
-
-
 def _host_build(source: str, kernels, tag: str, threaded: bool = False) -> ctypes.CDLL:
     """A generated .cu built for the host with g++ and the shim, plus one launcher per kernel."""
     global _HOST_DIR
     if _HOST_DIR is None:
         import tempfile
         _HOST_DIR = Path(tempfile.mkdtemp(prefix="ropegen-host-cuda-"))
+        # removed when the test process ends, whichever test module used the host builds (unlinking
+        # a loaded .so is safe); a module fixture would miss other modules that import _host_build
+        atexit.register(shutil.rmtree, _HOST_DIR, True)
         (_HOST_DIR / "inc").mkdir()
         for h in ("cuda_fp16.h", "cuda_bf16.h"):
             (_HOST_DIR / "inc" / h).write_text("// host shim: types are in shim.h\n")
