@@ -261,3 +261,16 @@ def test_stale_temporary_files_are_swept_and_fresh_ones_kept(cache):
     os.utime(stale, (two_days_ago, two_days_ago))
     cbuild.build(TINY_C, "t")
     assert not stale.exists() and fresh.exists()   # `fresh` may be another process's build in flight
+
+
+def test_test_suite_host_builds_leave_no_temporary_folder(tmp_path):
+    """The host stand-in for CUDA builds into a scratch folder that must go with the process (it was
+    left in /tmp after every run, and by every test module that imported the host builds)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TMPDIR": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
+                        str(tmp_path / "pytest"), "tests/test_layouts.py", "-k", "sbhd and host"],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ropegen-")) == []
