@@ -28,6 +28,21 @@ def _printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
+QUOTE_WIDTH = 200   # characters of a source line quoted around the caret (real spec lines are shorter)
+
+
+def _window(text: str, column: int, width: int) -> tuple[str, int, int]:
+    """A long line (generated specs, one-line specs, thousands of brackets) cut to QUOTE_WIDTH
+    characters around the caret, with `...` where text was cut; the caret's new column and width."""
+    if len(text) <= QUOTE_WIDTH:
+        return text, column, width
+    width = min(width, QUOTE_WIDTH // 2)
+    start = max(0, min(column - 1 - QUOTE_WIDTH // 3, len(text) - QUOTE_WIDTH))
+    head = "..." if start > 0 else ""
+    tail = "..." if start + QUOTE_WIDTH < len(text) else ""
+    return head + text[start:start + QUOTE_WIDTH] + tail, column - start + len(head), width
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     code: str
@@ -46,8 +61,9 @@ class Diagnostic:
                 width = 1
                 if self.loc.end_column and self.loc.end_column > self.loc.column:
                     width = self.loc.end_column - self.loc.column
+                text, col, width = _window(text, self.loc.column, width)
                 lines.append(f"  {self.loc.line:>4} | {text}")
-                lines.append("       | " + " " * (self.loc.column - 1) + "^" * width)
+                lines.append("       | " + " " * (col - 1) + "^" * width)
         if self.hint:
             lines.append(f"  = help: {self.hint}")
         return "\n".join(lines)

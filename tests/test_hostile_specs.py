@@ -15,7 +15,7 @@ from ropegen import ir
 from ropegen.api import compile as compile_spec
 from ropegen.check import check
 from ropegen.check_limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, MAX_NAME
-from ropegen.diagnostics import SpecError, SpecWarning
+from ropegen.diagnostics import QUOTE_WIDTH, SpecError, SpecWarning
 from ropegen.generate import ready_targets, write_program
 from ropegen.parse import MAX_NESTING, parse
 from ropegen.plan import ExactAngles
@@ -86,10 +86,17 @@ def _assert_caret(err: SpecError, source: str) -> None:
         out = rendered.split("\n")
         assert out[1].startswith(f"  {d.loc.line:>4} | "), rendered
         shown = out[1][len(f"  {d.loc.line:>4} | "):]
-        assert len(shown) == len(quoted_line)
-        assert all(a == b or not b.isprintable() for a, b in zip(shown, quoted_line)), rendered
         assert all(ch.isprintable() for ch in shown), repr(shown)
-        assert out[2].index("^") == len("       | ") + d.loc.column - 1, rendered
+        col = out[2].index("^") - len("       | ")
+        if len(quoted_line) <= QUOTE_WIDTH:
+            assert len(shown) == len(quoted_line)
+            assert all(a == b or not b.isprintable() for a, b in zip(shown, quoted_line)), rendered
+            assert col == d.loc.column - 1, rendered
+        else:   # a window of the line around the caret, `...` where it was cut
+            assert len(shown) <= QUOTE_WIDTH + 6, rendered
+            assert shown.strip(".") in "".join(c if c.isprintable() else " " for c in quoted_line)
+            want = quoted_line[d.loc.column - 1] if d.loc.column <= len(quoted_line) else None
+            assert want is None or not want.isprintable() or shown[col] == want, rendered
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,3 +389,26 @@ def test_glm2d_table_must_be_a_quarter_of_rotary_dim(width):
     check(parse(GLM, FILE))
     spec = GLM.replace("f32[P, 4]", f"f32[P, {width}]")
     assert _where(spec) == [("C018", 3, 8)]
+
+
+# ---------------------------------------------------------------------------------------------
+# a long source line is quoted around the caret, not whole
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_long_lines_are_quoted_around_the_caret(where):
+    pad = " " * 3000
+    bad = "pairing = neoxx"
+    body = {"start": bad + pad, "middle": pad + bad + pad, "end": pad + bad}[where]
+    text = ("rope r { in x: f32[tokens=T, heads=2, head_dim=8] in p: i64[T] out y = rotate(x) positions = p "
+            "angles = computed(base = 10000) " + body + " }")
+    with pytest.raises(SpecError) as e:
+        compile_spec(text)
+    (d,) = [d for d in e.value.diagnostics if d.code == "C009"]
+    rendered = d.render(text)
+    quoted, caret = rendered.split("\n")[1:3]
+    assert len(quoted) < 230 and len(caret) < 230
+    # the caret still points at the offending word in the quoted text
+    col = caret.index("^")
+    assert quoted[col:col + len("neoxx")] == "neoxx"
+    assert caret.count("^") == len("neoxx")
