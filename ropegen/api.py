@@ -10,7 +10,7 @@ import numpy as np
 
 from . import backends, ir
 from .check import check
-from .diagnostics import SpecWarning
+from .diagnostics import SpecError, SpecWarning
 from .parse import parse
 from .plan import Plan, plan_operator
 
@@ -134,4 +134,7 @@ def compile(path_or_text: str | os.PathLike, file: str | None = None) -> Program
     spec = check(parse(text, file or name))
     for w in spec.warnings:
         warnings.warn(w.render(text), SpecWarning, stacklevel=2)
-    return Program(spec, text)
+    try:
+        return Program(spec, text)
+    except SpecError as exc:   # a planned constant that overflows (C029): quote the spec like the checker does
+        raise SpecError(exc.diagnostics, text) from None

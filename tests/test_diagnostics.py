@@ -565,14 +565,22 @@ def _assert_robust(text: str) -> None:
         assert rendered.count("error[") == len(err.diagnostics)
     else:
         assert isinstance(result, ir.Spec)
-        # a spec that checks must also plan and render to valid Python without an exception
+        # a spec that checks must also plan and render to valid Python without an exception, except
+        # a planned constant that overflows its type: that C029 is found by the planner
         for op in result.operators:
-            plan = plan_operator(op, result.sha256)
+            try:
+                plan = plan_operator(op, result.sha256)
+            except SpecError as err:
+                assert [d.code for d in err.diagnostics] == ["C029"], err
+                assert "overflows" in err.diagnostics[0].message
+                continue
             for name, text in NumpyBackend().sources(plan, "fuzz.rope").items():
                 compile(text, name, "exec")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: CI explores the same 300 mutants on every run (a new failure is a new bug, not luck)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(mutants())
 def test_fuzzed_specs_fail_only_with_spec_errors(text):
     _assert_robust(text)

@@ -412,3 +412,15 @@ def test_long_lines_are_quoted_around_the_caret(where):
     col = caret.index("^")
     assert quoted[col:col + len("neoxx")] == "neoxx"
     assert caret.count("^") == len("neoxx")
+
+
+def test_planned_constant_overflow_is_quoted_like_every_diagnostic():
+    """freq_scale = 1e308 checks (it is a positive number) but ggml's float32 mscale overflows: the
+    planner's C029 used to come without the quoted line and caret."""
+    spec = _yarn("freq_scale = 1e308, n_ctx_orig = 4096").replace("angles", "angle_numerics = ggml\n    angles", 1)
+    with pytest.warns(SpecWarning, match="C038"), pytest.raises(SpecError) as e:
+        compile_spec(spec)
+    (d,) = e.value.diagnostics
+    assert d.code == "C029" and "overflows" in d.message
+    rendered = str(e.value)
+    assert rendered.count("\n") >= 2 and "^" in rendered, rendered
