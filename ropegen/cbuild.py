@@ -269,30 +269,28 @@ _LOADED: dict[str, ctypes.CDLL] = {}
 
 
 def load_library(path: Path) -> ctypes.CDLL:
-    """Load (once per process) a built shared library. One that build() made but that is damaged
-    or will not load is deleted and built once more; if that fails too, CompilerError."""
+    """Load (once per process) a built shared library. One that build() made but that will not load
+    is deleted and built once more (build() has already replaced one whose digest no longer
+    matched); if that fails too, CompilerError."""
     path = Path(path)
     key = str(path)
-    if key in _LOADED:
-        return _LOADED[key]
-    recipe = _RECIPES.get(key)
-    rebuilt = False
-    if recipe is not None and not _intact(path):
-        _publish(*recipe, path)
-        rebuilt = True
-    while True:
+    if key not in _LOADED:
         try:
             _LOADED[key] = ctypes.CDLL(key)
-            return _LOADED[key]
         except OSError as exc:
-            if recipe is None or rebuilt:
-                again = " after a rebuild" if rebuilt else ""
-                raise CompilerError(f"the built library {path.name} cannot be loaded{again}: {exc}") from None
-        # Deleted first so that a rebuild that fails leaves no library known to be bad.
-        path.unlink(missing_ok=True)
-        _sum_path(path).unlink(missing_ok=True)
-        _publish(*recipe, path)
-        rebuilt = True
+            recipe = _RECIPES.get(key)
+            if recipe is None:
+                raise CompilerError(f"the built library {path.name} cannot be loaded: {exc}") from None
+            # Deleted first so that a rebuild that fails leaves no library known to be bad.
+            path.unlink(missing_ok=True)
+            _sum_path(path).unlink(missing_ok=True)
+            _publish(*recipe, path)
+            try:
+                _LOADED[key] = ctypes.CDLL(key)
+            except OSError as again:
+                raise CompilerError(f"the built library {path.name} cannot be loaded after a rebuild: "
+                                    f"{again}") from None
+    return _LOADED[key]
 
 
 @lru_cache(maxsize=1)

@@ -95,6 +95,13 @@ def pair_list(op: ir.RopeOp, width: int, per_element: bool = False) -> list[tupl
     return pairs
 
 
+def full_width_table(op: ir.RopeOp) -> bool:
+    """A cos/sin table as wide as the rotary dims (neox / gptj): each element reads its own column."""
+    a = op.angles
+    return (isinstance(a, ir.TableAngles) and op.pairing.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ)
+            and op.tensor(a.cos).axes[-1].size == op.rotary_dim)
+
+
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
@@ -286,9 +293,7 @@ def _rope(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]
                 theta = theta / ff
             cs.append((np.cos(theta) * m, np.sin(theta) * m))
     sign = -1.0 if op.direction is ir.Direction.BACKWARD else 1.0
-    full_width = (isinstance(a, ir.TableAngles) and op.pairing.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ)
-                  and np.shape(arrays[a.cos])[-1] == op.rotary_dim)
-    pairs = pair_list(op, unit, full_width)
+    pairs = pair_list(op, unit, full_width_table(op))
     out = {}
     for o in op.outputs:
         t = op.tensor(o.source)

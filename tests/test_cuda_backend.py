@@ -184,10 +184,7 @@ def _reference_map(op) -> dict[int, tuple]:
     p: RopePlan = op.plan
     sign = -1 if p.ir.direction is ir.Direction.BACKWARD else 1
     out = {}
-    a_ir = p.ir.angles
-    full = (isinstance(a_ir, ir.TableAngles) and p.ir.pairing.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ)
-            and p.ir.tensor(a_ir.cos).axes[-1].size == p.ir.rotary_dim)
-    for a, b, ca, cb, k in reference.pair_list(p.ir, p.unit, full):
+    for a, b, ca, cb, k in reference.pair_list(p.ir, p.unit, reference.full_width_table(p.ir)):
         # y_a = x_a cos - sign x_b sin;  y_b = x_b cos + sign x_a sin
         out[a] = (b, ca, sign < 0, k)
         out[b] = (a, cb, sign > 0, k)
