@@ -17,6 +17,7 @@ import numpy as np
 
 from . import __version__, cbuild, ir
 from .api import Operator, Program
+from .dtypes import DTYPES
 from .plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
 from .backends.c_backend import CHUNK_BYTES
 from .inputs import elements, symbol_roles
@@ -74,6 +75,36 @@ def llama3_suite(dtypes: Iterable[str] = ("f32", "bf16")) -> list[Operator]:
 # ---------------------------------------------------------------------------------------------
 # shapes and inputs
 
+def shape_items(text: str) -> list[tuple[str, str]]:
+    """The NAME=VALUE items of a --shape string ('T=4096,positions=prefill'; commas or spaces), each
+    checked: sizes are integers >= 0, positions is prefill or random, dtype a float type. A malformed
+    item is a ValueError; which names apply is decided by the bench that reads them."""
+    items = [part.strip() for part in str(text).replace(" ", ",").split(",") if part.strip()]
+    if not items:
+        raise ValueError(f"empty shape '{text}': expected NAME=SIZE items, e.g. T=4096")
+    out = []
+    for part in items:
+        name, eq, value = (x.strip() for x in part.partition("="))
+        if not eq or not name or not value:
+            raise ValueError(f"bad shape item '{part}': expected NAME=SIZE, e.g. T=4096")
+        if name == "positions":
+            if value not in ("prefill", "random"):
+                raise ValueError(f"positions={value}: expected prefill or random")
+        elif name == "dtype":
+            floats = sorted(n for n, d in DTYPES.items() if d.is_float)
+            if value not in floats:
+                raise ValueError(f"dtype={value}: expected one of {', '.join(floats)}")
+        else:
+            try:
+                size = int(value, 10)
+            except ValueError:
+                raise ValueError(f"bad size '{part}': expected NAME=INTEGER") from None
+            if size < 0:
+                raise ValueError(f"bad size '{part}': sizes are >= 0")
+        out.append((name, value))
+    return out
+
+
 def parse_shape(shape: str | dict | None) -> dict[str, Any]:
     """'T=4096,P=8192,positions=prefill' -> {'label', 'sizes', 'positions'} (positions: prefill | random)."""
     if shape is None:
@@ -86,23 +117,14 @@ def parse_shape(shape: str | dict | None) -> dict[str, Any]:
         return d
     sizes: dict[str, int] = {}
     positions = "random"
-    for part in (p.strip() for p in str(shape).replace(" ", ",").split(",")):
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"bad shape item '{part}': expected NAME=SIZE, e.g. T=4096")
-        k, v = (s.strip() for s in part.split("=", 1))
+    for k, v in shape_items(shape):
         if k == "positions":
-            if v not in ("prefill", "random"):
-                raise ValueError(f"positions={v}: expected prefill or random")
             positions = v
-            continue
-        try:
+        elif k == "dtype":
+            raise ValueError(f"shape '{shape}': dtype= is for --backend cuda; the CPU bench takes the "
+                             "dtypes of the spec")
+        else:
             sizes[k] = int(v)
-        except ValueError:
-            raise ValueError(f"bad size '{part}': expected NAME=INTEGER") from None
-        if sizes[k] < 0:
-            raise ValueError(f"bad size '{part}': sizes are >= 0")
     label = str(shape).strip()
     return {"label": label, "sizes": sizes, "positions": positions}
 
@@ -648,8 +670,7 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str = "c", thre
         for shape in parsed:
             require_memory(op, shape, limit)
     from .backends.c_backend import CBackend
-    from .checker import backend_unavailable
-    why = backend_unavailable(CBackend())
+    why = CBackend().unavailable()
     if why:   # the copy yardstick is C whatever the backend measured
         raise cbuild.CompilerError(f"bench needs a working C compiler (for {'the kernels and ' if backend == 'c' else ''}"
                                    f"the copy yardstick): {why}")

@@ -513,7 +513,7 @@ class _OperatorChecker(AngleChecks):
             if t.dtype.name not in FLOAT_NAMES:
                 self.fail("C023", f"'{t.name}' must be a float type", t.loc)
             if any(len(a.parts) > 1 or a.parts[0].role is not None for a in t.axes):
-                self.fail("C023", f"rmsnorm tensors take plain dimensions, not labels", t.loc)
+                self.fail("C023", "rmsnorm tensors take plain dimensions, not labels", t.loc)
         rank = len(x.axes)
         if rank == 0:
             self.fail("C021", f"'{x.name}' needs at least one dimension", x.loc)

@@ -28,11 +28,6 @@ class Row:
     status: str = RAN
 
 
-def backend_unavailable(b) -> str | None:
-    """Why backend `b` cannot run here, or None."""
-    return b.unavailable()
-
-
 def _storage_dtype(op: Operator):
     ir_op = op.ir
     if ir_op.kind == "rmsnorm":
@@ -68,7 +63,7 @@ def check_operator(op: Operator, backend_names: tuple[str, ...] | None = None, s
     wanted = [b for b in backends.BACKENDS if backend_names is None or b.name in backend_names]
     runnable = []
     for b in wanted:
-        why = backend_unavailable(b)
+        why = b.unavailable()
         if why:
             rows.append(Row(op.name, b.name, dtype.name, "-", float("nan"), float("nan"), True, f"skipped: {why}",
                             SKIPPED))
@@ -139,9 +134,7 @@ def format_table(rows: list[Row]) -> str:
         note = _short(r.note) if r.note else ""
         if note != r.note.strip() and r.note.strip() not in details:
             details.append(r.note.strip())
-        if r.status == SKIPPED or r.note.startswith("skipped"):
-            body.append((r.operator, r.backend, r.dtype, r.case, "-", "-", note))
-        elif r.status == NOT_RUN:
+        if r.status != RAN:
             body.append((r.operator, r.backend, r.dtype, r.case, "-", "-", note))
         else:
             body.append((r.operator, r.backend, r.dtype, r.case, f"{r.max_abs:.3g}", f"{r.max_rel:.3g}",

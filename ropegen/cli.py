@@ -46,7 +46,7 @@ def cmd_compile(args) -> int:
 
 def cmd_check(args) -> int:
     from . import backends
-    from .checker import NOT_RUN, RAN, backend_unavailable, check_operator, format_table
+    from .checker import NOT_RUN, RAN, check_operator, format_table
     from .memory import format_bytes, limit_hint, memory_limit
     try:
         limit = memory_limit()
@@ -59,13 +59,13 @@ def cmd_check(args) -> int:
             if b not in backends.names():
                 raise UserError(f"unknown backend '{b}'; backends: {', '.join(backends.names())}")
         for b in wanted:   # asked for by name: a backend that cannot run is an error, not a skip
-            why = backend_unavailable(backends.get(b))
+            why = backends.get(b).unavailable()
             if why:
                 raise UserError(f"backend '{b}' cannot run here: {why}")
     else:
         wanted = ()
         for b in backends.BACKENDS:
-            why = backend_unavailable(b)
+            why = b.unavailable()
             if why:
                 skipped[b.name] = why
             else:
@@ -141,7 +141,6 @@ def cmd_bench(args) -> int:
 
 def _bench(args) -> int:
     from . import backends
-    from .checker import backend_unavailable
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
     if args.suite == "llama3":
@@ -150,7 +149,7 @@ def _bench(args) -> int:
     if not ops:
         raise UserError("nothing to measure: give SPEC files or --suite llama3")
     if args.backend == "cuda":
-        why = backend_unavailable(backends.get("cuda"))
+        why = backends.get("cuda").unavailable()
         if why:
             raise UserError(f"backend 'cuda' cannot run here: {why}")
         from .cuda_bench import bench_cuda, format_cuda
@@ -189,30 +188,12 @@ def _int_option(lo: int, hi: int, what: str):
 
 
 def _shape_option(text: str) -> str:
-    """NAME=VALUE items separated by commas: sizes are integers >= 0, positions=prefill|random,
-    dtype=NAME (the CUDA bench). Which names apply is checked against the operators later."""
-    from .dtypes import DTYPES
-    items = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"empty shape '{text}': expected NAME=SIZE items, e.g. T=4096")
-    for part in items:
-        name, eq, value = (x.strip() for x in part.partition("="))
-        if not eq or not name or not value:
-            raise argparse.ArgumentTypeError(f"bad shape item '{part}': expected NAME=SIZE, e.g. T=4096")
-        if name == "positions":
-            if value not in ("prefill", "random"):
-                raise argparse.ArgumentTypeError(f"positions={value}: expected prefill or random")
-        elif name == "dtype":
-            floats = sorted(n for n, d in DTYPES.items() if d.is_float)
-            if value not in floats:
-                raise argparse.ArgumentTypeError(f"dtype={value}: expected one of {', '.join(floats)}")
-        else:
-            try:
-                size = int(value, 10)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"bad size '{part}': expected NAME=INTEGER") from None
-            if size < 0:
-                raise argparse.ArgumentTypeError(f"bad size '{part}': sizes are >= 0")
+    """NAME=VALUE items (bench.shape_items); which names apply is checked against the bench later."""
+    from .bench import shape_items
+    try:
+        shape_items(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

@@ -164,6 +164,7 @@ def parse_shapes(shapes) -> tuple[tuple, ...]:
     """None -> DEFAULT_SHAPES; tuples pass through; CLI strings like "T=4096" (optionally
     ",dtype=f32", ",HQ=32,HK=8,D=128") pick those token counts for both default dtypes unless a dtype
     is given. A malformed item, an unknown key or an impossible size is a ValueError."""
+    from .bench import shape_items
     if not shapes:
         return DEFAULT_SHAPES
     out: list[tuple] = []
@@ -171,30 +172,18 @@ def parse_shapes(shapes) -> tuple[tuple, ...]:
         if isinstance(sh, tuple):
             out.append(sh)
             continue
-        kv: dict[str, str] = {}
-        for part in (p.strip() for p in str(sh).replace(" ", ",").split(",")):
-            if not part:
-                continue
-            key, eq, value = (x.strip() for x in part.partition("="))
-            if not eq or not key or not value:
-                raise ValueError(f"bad shape item '{part}': expected NAME=VALUE, e.g. T=4096")
+        kv = dict(shape_items(sh))
+        for key in kv:
             if key not in SHAPE_KEYS:
                 raise ValueError(f"shape '{sh}': the CUDA bench takes {', '.join(SHAPE_KEYS)}, not '{key}'")
-            kv[key] = value
         ints = {}
         for key, default, lo in (("T", 4096, 0), ("HQ", 32, 1), ("HK", 8, 1), ("D", 128, 2)):
             raw = kv.get(key, kv.get("tokens", default) if key == "T" else default)
-            try:
-                ints[key] = int(raw)
-            except ValueError:
-                raise ValueError(f"shape '{sh}': {key}={raw} is not an integer") from None
+            ints[key] = int(raw)   # shape_items checked the syntax
             if ints[key] < lo:
                 raise ValueError(f"shape '{sh}': {key}={ints[key]}: it must be at least {lo}")
         if ints["D"] % 2:
             raise ValueError(f"shape '{sh}': D={ints['D']}: head_dim must be even")
-        if "dtype" in kv and (kv["dtype"] not in DTYPES or not DTYPES[kv["dtype"]].is_float):
-            raise ValueError(f"shape '{sh}': dtype={kv['dtype']}: expected a float dtype "
-                             f"({', '.join(n for n, d in DTYPES.items() if d.is_float)})")
         dts = (kv["dtype"],) if "dtype" in kv else ("bf16", "f32")
         out += [(ints["T"], ints["HQ"], ints["HK"], ints["D"], dt) for dt in dts]
     return tuple(out)
