@@ -497,11 +497,13 @@ def _ggml_rope_setup(op: Operator, arrays: dict[str, np.ndarray]) -> dict[str, A
         # exact angles: frequencies beyond base^(-2c/n_dims) become freq_factors (theta / ff), as llama.cpp
         # passes Llama-3 scaling (rope_freqs: 1, factor, or 1 / ((1 - smooth) / factor + smooth))
         assert isinstance(p.angles, ExactAngles)
+        from .exact import f64
         from .plan import base_inv_freq
         if isinstance(s, ir.LinearScaling):     # llama.cpp: freq_scale = 1 / factor
             fs = 1.0 / s.factor
             how.append(f"freq_scale = 1/{s.factor:g}")
-        derived = fs * base_inv_freq(a.base, p.rotary_dim, half) / np.asarray(p.angles.inv_freq, dtype=np.float64)
+        base_inv = np.array([f64(f) for f in base_inv_freq(a.base, p.rotary_dim, half)])
+        derived = fs * base_inv / np.asarray(p.angles.inv_freq, dtype=np.float64)
         if not np.allclose(derived, 1.0, rtol=1e-12, atol=0.0):
             ff = derived if ff is None else derived * ff
             kind = {ir.LinearScaling: "linear", ir.Llama3Scaling: "llama3",

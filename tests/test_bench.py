@@ -147,3 +147,18 @@ def test_ggml_peer_in_bench_results():
     peer = r[0]["peers"]["ggml"]
     assert peer["time_min_s"] > 0 and "ggml_rope_ext" in peer["note"] and peer["max_rel_diff"] < 1e-4
     assert "ggml" in B.format_results(r)
+
+
+def test_ggml_peer_setup_turns_llama3_scaling_into_rope_freqs():
+    """The ggml peer's parameters, built without ggml itself (so this runs where ggml-python is not
+    installed): Llama-3 scaling becomes llama.cpp's rope_freqs, 1 / (planned / base frequency). It
+    broke unseen when the planner's base frequencies became high-precision values."""
+    op = B.llama3_suite(("f32",))[0]                      # llama3_8b_f32: computed angles, f32
+    assert op.name == "llama3_8b_f32"
+    setup = B._ggml_rope_setup(op, B.bench_inputs(op, {"T": 4}))
+    assert isinstance(setup, dict), setup
+    base = 500000.0 ** -(np.arange(64) * 2 / 128)
+    want = base / np.asarray(op.plan.angles.inv_freq)       # 1 for high, 8 for low frequencies, between
+    np.testing.assert_allclose(setup["freq_factors"], want, rtol=1e-6)
+    assert setup["freq_factors"][0] == 1.0 and setup["freq_factors"][-1] == pytest.approx(8.0)
+    assert "freq_factors from the llama3 scaling" in setup["note"]
