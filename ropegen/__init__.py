@@ -3,6 +3,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .api import Operator, Program, compile  # noqa: E402
+from ropegen.api import Operator, Program, compile  # noqa: E402
 
 __all__ = ["compile", "Operator", "Program", "__version__"]

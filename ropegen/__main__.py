@@ -1,6 +1,6 @@
 """`python -m ropegen` runs the command line."""
 import sys
 
-from .cli import main
+from ropegen.cli import main
 
 sys.exit(main())

@@ -8,11 +8,11 @@ from typing import Iterator
 
 import numpy as np
 
-from . import backends, ir
-from .check import check
-from .diagnostics import SpecError, SpecWarning
-from .parse import parse
-from .plan import Plan, plan_operator
+from ropegen import backends, ir
+from ropegen.spec.sema import check
+from ropegen.spec.diagnostics import SpecError, SpecWarning
+from ropegen.spec.parse import parse
+from ropegen.ops.plan import Plan, plan_operator
 
 
 class Operator:

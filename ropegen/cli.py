@@ -7,8 +7,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from . import __version__
-from .diagnostics import SpecError, SpecWarning
+from ropegen import __version__
+from ropegen.spec.diagnostics import SpecError, SpecWarning
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER = 0, 1, 2
 
@@ -18,7 +18,7 @@ class UserError(Exception):
 
 
 def _load(path: str):
-    from .api import compile as compile_spec
+    from ropegen.api import compile as compile_spec
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{path}: no such spec file")
@@ -31,7 +31,7 @@ def _load(path: str):
 
 
 def cmd_compile(args) -> int:
-    from .generate import resolve_targets, write_program
+    from ropegen.generate import resolve_targets, write_program
     try:
         targets = resolve_targets(args.target)
     except ValueError as exc:
@@ -45,9 +45,9 @@ def cmd_compile(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from . import backends
-    from .checker import NOT_RUN, RAN, check_operator, format_table
-    from .memory import format_bytes, limit_hint, memory_limit
+    from ropegen import backends
+    from ropegen.crosscheck import NOT_RUN, RAN, check_operator, format_table
+    from ropegen.runtime.memory import format_bytes, limit_hint, memory_limit
     try:
         limit = memory_limit()
     except ValueError as exc:
@@ -107,7 +107,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from .explain import explain
+    from ropegen.ops.explain import explain
     for spec in args.spec:
         program = _load(spec)
         print(f"# {spec} (sha256 {program.spec.sha256[:16]}...)")
@@ -118,7 +118,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_import_onnx(args) -> int:
-    from .onnx import import_model
+    from ropegen.importers.onnx import import_model
     if not Path(args.model).is_file():
         raise UserError(f"{args.model}: no such model file")
     try:
@@ -130,7 +130,7 @@ def cmd_import_onnx(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .cbuild import CompilerError
+    from ropegen.backends.c.build import CompilerError
     try:
         return _bench(args)
     except ValueError as exc:
@@ -140,11 +140,11 @@ def cmd_bench(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import backends
+    from ropegen import backends
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
     if args.suite == "llama3":
-        from .bench import llama3_suite
+        from ropegen.bench.harness import llama3_suite
         ops += llama3_suite()
     if not ops:
         raise UserError("nothing to measure: give SPEC files or --suite llama3")
@@ -152,11 +152,11 @@ def _bench(args) -> int:
         why = backends.get("cuda").unavailable()
         if why:
             raise UserError(f"backend 'cuda' cannot run here: {why}")
-        from .cuda_bench import bench_cuda, format_cuda
+        from ropegen.bench.cuda import bench_cuda, format_cuda
         results = bench_cuda(ops, shapes=args.shape, repeats=args.repeats)
         print(format_cuda(results))
     else:
-        from .bench import bench, format_results
+        from ropegen.bench.harness import bench, format_results
         results = bench(ops, backend=args.backend, threads=args.threads, shapes=args.shape,
                         repeats=args.repeats)
         print(format_results(results))
@@ -189,7 +189,7 @@ def _int_option(lo: int, hi: int, what: str):
 
 def _shape_option(text: str) -> str:
     """NAME=VALUE items (bench.shape_items); which names apply is checked against the bench later."""
-    from .bench import shape_items
+    from ropegen.bench.harness import shape_items
     try:
         shape_items(text)
     except ValueError as exc:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import backends
-from .api import Program
+from ropegen import backends
+from ropegen.api import Program
 
 
 def ready_targets() -> tuple[str, ...]:

@@ -6,8 +6,8 @@ from functools import lru_cache
 
 import jinja2
 
-from . import __version__
-from .resources import templates_dir
+from ropegen import __version__
+from ropegen.resources import templates_dir
 
 
 def py_float(x: float) -> str:

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import aliasing
-from ropegen.aliasing import Extent, check, internal_overlap, overlap
-from ropegen.backends import cuda_backend
-from ropegen.backends.c_backend import CBackend
+from ropegen.runtime import aliasing
+from ropegen.runtime.aliasing import Extent, check, internal_overlap, overlap
+from ropegen.backends.cuda import backend as cuda_backend
+from ropegen.backends.c.backend import CBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""ropegen.bench: the numbers it reports are well-formed and JSON-ready (no timing is asserted), its
+"""ropegen.bench.harness: the numbers it reports are well-formed and JSON-ready (no timing is asserted), its
 inputs are valid at benchmark sizes, and its onnxruntime and ggml peers compute the same operator."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import bench as B
-from ropegen.backends.c_backend import CBackend
+from ropegen.bench import harness as B
+from ropegen.backends.c.backend import CBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(CBackend().unavailable() is not None,

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import cbuild, cli
-from ropegen.backends.c_backend import CBackend
+from ropegen import cli
+from ropegen.backends.c import build as cbuild
+from ropegen.backends.c.backend import CBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_CC = shutil.which(cbuild.compiler()[0])
@@ -46,7 +47,7 @@ CHILD = """
 import os, sys, time
 import numpy as np
 import ropegen
-from ropegen.inputs import CASES, make_inputs
+from ropegen.ops.inputs import CASES, make_inputs
 op, = ropegen.compile(sys.argv[1])
 go = sys.argv[2] if len(sys.argv) > 2 else None
 while go and not os.path.exists(go):

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import cbuild, reference
-from ropegen.backends.c_backend import CBackend, CKernel
-from ropegen.checker import _storage_dtype, compare
-from ropegen.inputs import CASES, make_inputs
+from ropegen.backends.c import build as cbuild
+from ropegen.ops import reference
+from ropegen.backends.c.backend import CBackend, CKernel
+from ropegen.crosscheck import _storage_dtype, compare
+from ropegen.ops.inputs import CASES, make_inputs
 from ropegen.render import render
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ropegen import backends, checker, cli
-from ropegen import bench as B
-from ropegen import cuda_bench
+from ropegen import backends, cli
+from ropegen import crosscheck as checker
+from ropegen.bench import harness as B
+from ropegen.bench import cuda as cuda_bench
 from ropegen.backends.base import Backend
-from ropegen.checker import NOT_RUN, Row, check_operator, format_table
-from ropegen.inputs import CASES, case_bytes
-from ropegen.memory import memory_limit
+from ropegen.crosscheck import NOT_RUN, Row, check_operator, format_table
+from ropegen.ops.inputs import CASES, case_bytes
+from ropegen.runtime.memory import memory_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = ROOT / "examples" / "llama3.rope"

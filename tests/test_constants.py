@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import ir, plan
+from ropegen import ir
+from ropegen.ops import plan
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.rope"))
 

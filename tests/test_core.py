@@ -12,7 +12,7 @@ import pytest
 import ropegen
 from ropegen import backends, cli
 from ropegen.backends.base import Backend
-from ropegen.checker import check_operator
+from ropegen.crosscheck import check_operator
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.rope"))

@@ -34,11 +34,14 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import cuda_plan, ir, nvrtc, reference
-from ropegen.backends import cuda_backend
-from ropegen.checker import compare
-from ropegen.inputs import CASES, make_inputs
-from ropegen.plan import RopePlan
+from ropegen import ir
+from ropegen.backends.cuda import plan as cuda_plan
+from ropegen.backends.cuda import nvrtc
+from ropegen.ops import reference
+from ropegen.backends.cuda import backend as cuda_backend
+from ropegen.crosscheck import compare
+from ropegen.ops.inputs import CASES, make_inputs
+from ropegen.ops.plan import RopePlan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.rope"))
@@ -336,7 +339,7 @@ def test_canonical_strides_address_the_reference_view(op):
 
 
 def test_bench_shapes_from_the_command_line():
-    from ropegen import cuda_bench
+    from ropegen.bench import cuda as cuda_bench
     assert cuda_bench.parse_shapes(None) == cuda_bench.DEFAULT_SHAPES
     assert {s[0] for s in cuda_bench.DEFAULT_SHAPES} == {1, 64, 4096, 16384}
     assert cuda_bench.parse_shapes(["T=64,dtype=f32"]) == ((64, 32, 8, 128, "f32"),)
@@ -726,7 +729,7 @@ def test_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch):
     _CFG_OF[_source(op)] = (cuda_backend.CudaBackend().config(op.plan),)
     assert cuda_backend.unavailable() is None
     op = ropegen.compile(op.spec.file)[op.name]          # a fresh Operator: no cached kernels
-    from ropegen.checker import check_operator
+    from ropegen.crosscheck import check_operator
     rows = check_operator(op, ("cuda",))
     assert rows and all(r.ok for r in rows), rows
     # device-resident inputs (the stand-in's arrays), a strided view, and in place
@@ -743,7 +746,7 @@ def test_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch):
     outs = op.run_all(*[dev[n] for n in op.inputs], backend="cuda", inplace=True)
     for st, out in zip(p.streams, outs):
         assert out is dev[st.src] and compare(out.a, ref[st.out], p.storage, magnitude)[2]
-    if isinstance(p.angles, ropegen.plan.TableAnglesPlan) and p.positions.ids:
+    if isinstance(p.angles, ropegen.ops.plan.TableAnglesPlan) and p.positions.ids:
         bad = dict(arrays)
         ids = p.positions.ids
         bad[ids] = arrays[ids].copy()
@@ -766,7 +769,7 @@ def test_rmsnorm_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch)
     cfg = cuda_backend.CudaBackend().config(op.plan)
     _CFG_OF[_source(op)] = (cfg,)
     op = ropegen.compile(op.spec.file)[op.name]
-    from ropegen.checker import check_operator
+    from ropegen.crosscheck import check_operator
     rows = check_operator(op, ("cuda",))
     assert rows and all(r.ok for r in rows), rows
     p = op.plan
@@ -857,7 +860,7 @@ def test_gpu_examples_check_against_the_reference(op):
     why = _gpu_missing()
     if why:
         pytest.skip(f"no GPU run: {why}")
-    from ropegen.checker import check_operator
+    from ropegen.crosscheck import check_operator
     rows = check_operator(op, ("cuda",))
     bad = [r for r in rows if not r.ok]
     assert rows and not bad, bad
@@ -900,7 +903,7 @@ def test_gpu_both_kernels_inplace_and_device_arrays(op):
 def _cupy_has_bf16() -> bool:
     import cupy as cp
     try:
-        cp.empty(1, dtype=ropegen.dtypes.DTYPES["bf16"].np_dtype)
+        cp.empty(1, dtype=ropegen.ir.dtypes.DTYPES["bf16"].np_dtype)
         return True
     except Exception:  # noqa: BLE001
         return False

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ropegen.backends.numpy_backend import NumpyBackend
-from ropegen.plan import plan_operator
+from ropegen.backends.numpy import NumpyBackend
+from ropegen.ops.plan import plan_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ropegen import ir
-from ropegen.check import check
-from ropegen.diagnostics import SpecError
-from ropegen.parse import parse
+from ropegen.spec.sema import check
+from ropegen.spec.diagnostics import SpecError
+from ropegen.spec.parse import parse
 
 FILE = "spec.rope"
 

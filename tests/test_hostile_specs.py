@@ -13,12 +13,12 @@ import pytest
 
 from ropegen import ir
 from ropegen.api import compile as compile_spec
-from ropegen.check import check
-from ropegen.check_limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, MAX_NAME
-from ropegen.diagnostics import QUOTE_WIDTH, SpecError, SpecWarning
+from ropegen.spec.sema import check
+from ropegen.spec.limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, MAX_NAME
+from ropegen.spec.diagnostics import QUOTE_WIDTH, SpecError, SpecWarning
 from ropegen.generate import ready_targets, write_program
-from ropegen.parse import MAX_NESTING, parse
-from ropegen.plan import ExactAngles
+from ropegen.spec.parse import MAX_NESTING, parse
+from ropegen.ops.plan import ExactAngles
 
 FILE = "hostile.rope"
 

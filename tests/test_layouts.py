@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import backends, reference
+from ropegen import backends
+from ropegen.ops import reference
 
 AVAILABLE = {b.name: b.unavailable() for b in backends.BACKENDS}
 BACKEND_PARAMS = []
@@ -182,7 +183,7 @@ def run_backend(op, arrays: dict[str, np.ndarray], backend: str, monkeypatch, **
     if backend == "cuda-host":
         import test_cuda_backend as tcb
         tcb._fake_cupy(monkeypatch)
-        from ropegen.backends import cuda_backend
+        from ropegen.backends.cuda import backend as cuda_backend
         tcb._CFG_OF[op.sources["cuda"][f"{op.name}.cu"]] = (cuda_backend.CudaBackend().config(op.plan),)
         outs = op.run_all(*args, backend="cuda", **options)
     else:

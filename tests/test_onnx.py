@@ -1,7 +1,7 @@
 """The ONNX importer: onnx's own node tests, import_model end to end, error paths, extra dtypes.
 
 * Every ONNX backend node test case of RotaryEmbedding and RMSNormalization (from the onnx
-  package's case generators, onnx.backend.test.case.node) runs through `ropegen.onnx.run_node` on
+  package's case generators, onnx.backend.test.case.node) runs through `ropegen.importers.onnx.run_node` on
   every backend in ropegen.backends.BACKENDS; a backend that cannot run here is a skip with its
   reason. The `_expanded` variants (the function body as many nodes) carry the same inputs and
   expected outputs, so they run the original single node on their data.
@@ -27,8 +27,8 @@ from onnx.reference.ops.op_rotary_embedding import rotary_embedding  # noqa: E40
 
 import ropegen  # noqa: E402
 from ropegen import backends  # noqa: E402
-from ropegen import onnx as ro  # noqa: E402
-from ropegen.dtypes import DTYPES  # noqa: E402
+from ropegen.importers import onnx as ro  # noqa: E402
+from ropegen.ir.dtypes import DTYPES  # noqa: E402
 
 OPS = ("RotaryEmbedding", "RMSNormalization")
 # onnx's backend-test defaults (onnx.backend.test.runner), used when a case carries none

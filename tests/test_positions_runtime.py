@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen import reference
+from ropegen.ops import reference
 from test_layouts import BACKEND_PARAMS, run_backend
 
 I64_MAX = 2 ** 63 - 1
@@ -261,7 +261,7 @@ def test_zero_batch_is_an_empty_call_whatever_its_positions_would_be(positions):
 def test_check_glm2d_positions_with_tables_finds_valid_inputs(seed):
     """`ropegen check` drew first_seqlen = S = 1 for a one-token prefill: position first_seqlen - 2 = -1
     is no table row, and the check reported 'no valid inputs' for a valid spec."""
-    from ropegen.checker import check_operator
+    from ropegen.crosscheck import check_operator
     op = ropegen.compile("rope g2 { in x: f32[batch=B, seq=S, heads=2, head_dim=8] in start: i64[] in fs: i64[] "
                          "in c: f32[P, 2] in s: f32[P, 2] out y = rotate(x) pairing = glm2d "
                          "positions = glm2d(start = start, first_seqlen = fs) angles = table(cos = c, sin = s) }")["g2"]

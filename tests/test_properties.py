@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import ropegen
 from ropegen import backends
-from ropegen.diagnostics import SpecError
+from ropegen.spec.diagnostics import SpecError
 
 AVAILABLE = [b.name for b in backends.BACKENDS if b.unavailable() is None]
 UNAVAILABLE = {b.name: b.unavailable() for b in backends.BACKENDS if b.unavailable() is not None}

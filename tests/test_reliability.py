@@ -28,11 +28,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ropegen
-from ropegen import backends, cbuild, cli, reference
-from ropegen.checker import _storage_dtype, compare
-from ropegen.diagnostics import SpecError
-from ropegen.explain import explain
-from ropegen.inputs import CASES, Case, make_inputs
+from ropegen import backends, cli
+from ropegen.backends.c import build as cbuild
+from ropegen.ops import reference
+from ropegen.crosscheck import _storage_dtype, compare
+from ropegen.spec.diagnostics import SpecError
+from ropegen.ops.explain import explain
+from ropegen.ops.inputs import CASES, Case, make_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reliability_helpers as rh  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 import ropegen
 from ropegen import backends, cli
-from ropegen.diagnostics import SpecError
+from ropegen.spec.diagnostics import SpecError
 
 RUNNABLE = [b.name for b in backends.BACKENDS if b.unavailable() is None]
 

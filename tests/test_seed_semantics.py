@@ -34,7 +34,7 @@ import pytest
 
 import ropegen
 from ropegen import backends, ir
-from ropegen.plan import ExactAngles, ggml_corr_dims
+from ropegen.ops.plan import ExactAngles, ggml_corr_dims
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 F16 = np.dtype(np.float16)

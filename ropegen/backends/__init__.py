@@ -1,10 +1,10 @@
 """The registry of hardware targets: adding one means one class here plus one template folder."""
 from __future__ import annotations
 
-from .base import Backend
-from .c_backend import CBackend
-from .cuda_backend import CudaBackend
-from .numpy_backend import NumpyBackend
+from ropegen.backends.base import Backend
+from ropegen.backends.c.backend import CBackend
+from ropegen.backends.cuda.backend import CudaBackend
+from ropegen.backends.numpy import NumpyBackend
 
 BACKENDS: tuple[Backend, ...] = (NumpyBackend(), CBackend(), CudaBackend())
 

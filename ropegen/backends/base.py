@@ -6,8 +6,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..plan import Plan
-from ..render import provenance, render
+from ropegen.ops.plan import Plan
+from ropegen.render import provenance, render
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 

@@ -10,12 +10,12 @@ import math
 import keyword
 from typing import Callable
 
-from . import ast as A
-from . import ir
-from .check_angles import AngleChecks
-from .check_limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, name_too_long
-from .diagnostics import Collector, Loc, did_you_mean
-from .dtypes import DTYPES, FLOAT_NAMES
+from ropegen.spec import ast as A
+from ropegen import ir
+from ropegen.spec.angles import AngleChecks
+from ropegen.spec.limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, name_too_long
+from ropegen.spec.diagnostics import Collector, Loc, did_you_mean
+from ropegen.ir.dtypes import DTYPES, FLOAT_NAMES
 
 KINDS = ("rope", "rmsnorm")
 ROPE_KEYS = ("pairing", "rotary_dim", "positions", "angles", "sequences", "direction",

@@ -10,9 +10,9 @@ from typing import Union
 
 import numpy as np
 
-from . import exact, ir
-from .diagnostics import Diagnostic, SpecError
-from .dtypes import DTYPES, DType
+from ropegen import exact, ir
+from ropegen.spec.diagnostics import Diagnostic, SpecError
+from ropegen.ir.dtypes import DTYPES, DType
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import types
 
-from .. import ir
-from ..plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan
-from .base import Backend, Kernel
+from ropegen import ir
+from ropegen.ops.plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan
+from ropegen.backends.base import Backend, Kernel
 
 # A step's operands (all rotated streams of a block of tokens, plus temporaries) should stay in a
 # typical L2: measured best at about 320 KiB of input per step on 4096 x 40 x 128 f32.

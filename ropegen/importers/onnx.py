@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 
-from .check import RESERVED
-from .dtypes import DTYPES, from_numpy
+from ropegen.spec.sema import RESERVED
+from ropegen.ir.dtypes import DTYPES, from_numpy
 
 if TYPE_CHECKING:  # onnx is an optional dependency: imported only when a model is read
     import onnx
 
-    from .api import Operator
+    from ropegen.api import Operator
 
 __all__ = ["spec_for_node", "import_model", "run_node", "OnnxUnavailable", "SUPPORTED_OPS", "OPSET"]
 
@@ -383,7 +383,7 @@ _RUN_NAMES = {"RotaryEmbedding": "onnx_rotary_embedding", "RMSNormalization": "o
 
 @functools.lru_cache(maxsize=256)
 def _compiled(text: str) -> "Operator":
-    from .api import compile as compile_spec
+    from ropegen.api import compile as compile_spec
     return compile_spec(text, file="<onnx node>").operators[0]
 
 
@@ -540,8 +540,8 @@ def import_model(model_path: Union[str, os.PathLike, "onnx.ModelProto"], out_dir
     RMSNorm's leading dims). Returns the written paths, in graph order.
     """
     onnx = _require_onnx()
-    from .api import compile as compile_spec
-    from .diagnostics import SpecError
+    from ropegen.api import compile as compile_spec
+    from ropegen.spec.diagnostics import SpecError
 
     if isinstance(model_path, onnx.ModelProto):
         model, label = model_path, "<model>"

@@ -5,10 +5,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import backends, reference
-from .api import Operator
-from .inputs import CASES, case_bytes, make_inputs
-from .memory import format_bytes, memory_limit
+from ropegen import backends
+from ropegen.ops import reference
+from ropegen.api import Operator
+from ropegen.ops.inputs import CASES, case_bytes, make_inputs
+from ropegen.runtime.memory import format_bytes, memory_limit
 
 RAN, SKIPPED, NOT_RUN = "ran", "skipped", "not run"
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir
+from ropegen import ir
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def make_inputs(op: ir.Operator, case: Case, seed: int = 0) -> dict[str, np.ndar
         if isinstance(pos.first_seqlen, str):
             arrays[pos.first_seqlen] = np.array(first_seqlen, dtype=op.tensor(pos.first_seqlen).dtype.np_dtype)
     if pos.kind in (ir.PositionKind.ARANGE, ir.PositionKind.GLM2D):
-        from .reference import position_streams   # the definition of these positions
+        from ropegen.ops.reference import position_streams   # the definition of these positions
         streams = position_streams(op, arrays, B, S)
         max_rows_needed = max(int(p.max()) + 1 if p.size else 1 for p in streams)
     for sym, role in roles.items():

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Union
 
-from .diagnostics import Loc
-from .dtypes import DType
+from ropegen.spec.diagnostics import Loc
+from ropegen.ir.dtypes import DType
 
 
 class Role(Enum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .diagnostics import Loc
+from ropegen.spec.diagnostics import Loc
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ other frameworks' conventions (HF, ATB, ggml) rather than the grammar.
 """
 from __future__ import annotations
 
-from . import ast as A
-from . import ir
-from .check_limits import MAX_TABLE_WIDTH
-from .diagnostics import Loc, did_you_mean
+from ropegen.spec import ast as A
+from ropegen import ir
+from ropegen.spec.limits import MAX_TABLE_WIDTH
+from ropegen.spec.diagnostics import Loc, did_you_mean
 
 SCALING_ARGS = {
     "none": (),

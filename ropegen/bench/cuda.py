@@ -14,8 +14,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .dtypes import DTYPES
-from .plan import ExactAngles, RopePlan, TableAnglesPlan
+from ropegen.ir.dtypes import DTYPES
+from ropegen.ops.plan import ExactAngles, RopePlan, TableAnglesPlan
 
 WARMUP = 10
 INNER = 10
@@ -164,7 +164,7 @@ def parse_shapes(shapes) -> tuple[tuple, ...]:
     """None -> DEFAULT_SHAPES; tuples pass through; CLI strings like "T=4096" (optionally
     ",dtype=f32", ",HQ=32,HK=8,D=128") pick those token counts for both default dtypes unless a dtype
     is given. A malformed item, an unknown key or an impossible size is a ValueError."""
-    from .bench import shape_items
+    from ropegen.bench.harness import shape_items
     if not shapes:
         return DEFAULT_SHAPES
     out: list[tuple] = []
@@ -202,7 +202,7 @@ def shape_bytes(tokens: int, hq: int, hk: int, d: int, dtype: str) -> tuple[int,
 def require_memory(shapes: Iterable[tuple], device_free: int | None = None) -> None:
     """Raise TooLarge (a ValueError) for a shape that cannot fit in the host memory limit or, when
     `device_free` is given, in half the device's free memory."""
-    from .memory import TooLarge, format_bytes, limit_hint, memory_limit
+    from ropegen.runtime.memory import TooLarge, format_bytes, limit_hint, memory_limit
     limit = memory_limit()
     for tokens, hq, hk, d, dtype in shapes:
         host, device = shape_bytes(tokens, hq, hk, d, dtype)

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir
-from .dtypes import DType
-from .plan import ExactAngles, RmsNormPlan, RopePlan, TableAnglesPlan
-from .render import c_double, c_float
+from ropegen import ir
+from ropegen.ir.dtypes import DType
+from ropegen.ops.plan import ExactAngles, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.render import c_double, c_float
 
 VECTOR_BYTES = 16          # one 128-bit load / store per vector
 ROPE_BLOCK = 256           # threads per block of the RoPE kernels

@@ -5,9 +5,9 @@ from functools import lru_cache
 
 from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from . import ast as A
-from .diagnostics import Diagnostic, Loc, SpecError, source_lines
-from .resources import grammar_path
+from ropegen.spec import ast as A
+from ropegen.spec.diagnostics import Diagnostic, Loc, SpecError, source_lines
+from ropegen.resources import grammar_path
 
 # The LALR parser itself keeps its stack on the heap, but building and checking the tree recurses
 # once per bracket: a bound far above any real spec keeps that well inside Python's recursion limit.
@@ -77,7 +77,7 @@ def _syntax_diagnostic(exc: UnexpectedInput, source: str, file: str) -> Diagnost
 
 
 class _Builder:
-    """Turns Lark's tree into ropegen.ast nodes."""
+    """Turns Lark's tree into ropegen.spec.ast nodes."""
 
     def __init__(self, file: str):
         self.file = file

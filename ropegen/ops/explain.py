@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from . import ir
-from .plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen import ir
+from ropegen.ops.plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan, TableAnglesPlan
 
 
 def _shape(t) -> str:

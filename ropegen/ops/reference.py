@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from . import ir
+from ropegen import ir
 
 
 def evaluate(op: ir.Operator, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,6 +1,6 @@
 """The CUDA backend: one .cu file per operator (templates/cuda), run through CuPy.
 
-All numeric and launch decisions come from ropegen.cuda_plan; the runtime glue below the class
+All numeric and launch decisions come from ropegen.backends.cuda.plan; the runtime glue below the class
 (device arrays from CuPy / __cuda_array_interface__ / DLPack, the vector-or-scalar choice, the
 error word) imports CuPy only when an operator is loaded.
 """
@@ -16,10 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import aliasing, cuda_plan, ir, nvrtc
-from ..dtypes import DTYPES, DType, from_numpy
-from ..plan import Plan, RmsNormPlan, RopePlan, TableAnglesPlan
-from .base import Backend, Kernel, bind_shape
+from ropegen import ir
+from ropegen.runtime import aliasing
+from ropegen.backends.cuda import plan as cuda_plan
+from ropegen.backends.cuda import nvrtc
+from ropegen.ir.dtypes import DTYPES, DType, from_numpy
+from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.backends.base import Backend, Kernel, bind_shape
 
 
 class CudaBackend(Backend):

@@ -15,14 +15,15 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from . import __version__, cbuild, ir
-from .api import Operator, Program
-from .dtypes import DTYPES
-from .plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
-from .backends.c_backend import CHUNK_BYTES
-from .inputs import elements, symbol_roles
-from .memory import TooLarge, format_bytes, limit_hint, memory_limit
-from .render import render
+from ropegen import __version__, ir
+from ropegen.backends.c import build as cbuild
+from ropegen.api import Operator, Program
+from ropegen.ir.dtypes import DTYPES
+from ropegen.ops.plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.backends.c.backend import CHUNK_BYTES
+from ropegen.ops.inputs import elements, symbol_roles
+from ropegen.runtime.memory import TooLarge, format_bytes, limit_hint, memory_limit
+from ropegen.render import render
 
 # sizes for symbols nobody named, by what the symbol stands for (the issue's Llama-3 shapes)
 ROLE_DEFAULTS = {"tokens": 4096, "seq": 4096, "batch": 1, "rows": 8192, "sequences": 1, "free": 4096}
@@ -67,7 +68,7 @@ rmsnorm rmsnorm_4096_{dt} {{
 
 def llama3_suite(dtypes: Iterable[str] = ("f32", "bf16")) -> list[Operator]:
     """The issue's benchmark set: Llama-3-8B RoPE (cached and computed angles) and RMSNorm [4096, 4096]."""
-    from .api import compile as compile_spec
+    from ropegen.api import compile as compile_spec
     text = "".join(LLAMA3_SUITE.format(dt=dt) for dt in dtypes)
     return list(compile_spec(text, file="llama3_bench.rope"))
 
@@ -361,7 +362,7 @@ def onnx_peer_model(op: Operator, arrays: dict[str, np.ndarray]):
             cos = np.ascontiguousarray(arrays[p.angles.cos][..., :half])
             sin = np.ascontiguousarray(arrays[p.angles.sin][..., :half])
         else:   # computed in the kernel: onnxruntime gets the equivalent float32 cache instead
-            from .reference import _ggml_cos_sin, inverse_frequencies
+            from ropegen.ops.reference import _ggml_cos_sin, inverse_frequencies
             ids = arrays[o.positions.ids]
             rows = int(ids.max()) + 1 if ids.size else 1
             prow = np.arange(rows)
@@ -497,8 +498,8 @@ def _ggml_rope_setup(op: Operator, arrays: dict[str, np.ndarray]) -> dict[str, A
         # exact angles: frequencies beyond base^(-2c/n_dims) become freq_factors (theta / ff), as llama.cpp
         # passes Llama-3 scaling (rope_freqs: 1, factor, or 1 / ((1 - smooth) / factor + smooth))
         assert isinstance(p.angles, ExactAngles)
-        from .exact import f64
-        from .plan import base_inv_freq
+        from ropegen.exact import f64
+        from ropegen.ops.plan import base_inv_freq
         if isinstance(s, ir.LinearScaling):     # llama.cpp: freq_scale = 1 / factor
             fs = 1.0 / s.factor
             how.append(f"freq_scale = 1/{s.factor:g}")
@@ -671,7 +672,7 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str = "c", thre
     for op in ops:      # every size is checked before anything is allocated or built
         for shape in parsed:
             require_memory(op, shape, limit)
-    from .backends.c_backend import CBackend
+    from ropegen.backends.c.backend import CBackend
     why = CBackend().unavailable()
     if why:   # the copy yardstick is C whatever the backend measured
         raise cbuild.CompilerError(f"bench needs a working C compiler (for {'the kernels and ' if backend == 'c' else ''}"

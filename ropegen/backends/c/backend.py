@@ -3,7 +3,7 @@
 This module decides the kernel ABI (the parameter list of the exported function, shared by the
 templates and the ctypes wrapper), the render context (type names, conversion helpers, constants)
 and the Python-side wrapper that validates arrays, allocates outputs and maps error codes to
-ValueError. Building and caching live in ropegen.cbuild.
+ValueError. Building and caching live in ropegen.backends.c.build.
 """
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import aliasing, cbuild, ir
-from ..dtypes import DType
-from ..plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan, TableAnglesPlan
-from ..render import c_double, c_float, render
-from .base import Backend, Kernel, bind_shape
+from ropegen import ir
+from ropegen.runtime import aliasing
+from ropegen.backends.c import build as cbuild
+from ropegen.ir.dtypes import DType
+from ropegen.ops.plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.render import c_double, c_float, render
+from ropegen.backends.base import Backend, Kernel, bind_shape
 
 # Tokens (rope) or rows (rmsnorm) are handed to threads in chunks of about this many input bytes:
 # small enough to balance two busy cores, large enough that scheduling costs nothing.

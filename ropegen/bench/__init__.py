@@ -1,0 +1,1 @@
+"""ropegen bench: timing harness, copy yardstick, report and peers."""

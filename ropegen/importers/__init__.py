@@ -1,0 +1,1 @@
+"""Importers: other formats (ONNX models) -> .rope specs."""
