@@ -19,7 +19,8 @@ import pytest
 import ropegen
 from ropegen.backends.c import build as cbuild
 from ropegen.ops import reference
-from ropegen.backends.c.backend import CBackend, CKernel
+from ropegen.backends.c.backend import CBackend
+from ropegen.backends.c.call import CKernel
 from ropegen.crosscheck import _storage_dtype, compare
 from ropegen.ops.inputs import CASES, make_inputs
 from ropegen.render import render

@@ -13,6 +13,11 @@ def names() -> tuple[str, ...]:
     return tuple(b.name for b in BACKENDS)
 
 
+def reserved_words() -> frozenset[str]:
+    """Identifiers the spec checker refuses for tensor names: the union of every target's own."""
+    return frozenset().union(*(b.reserved for b in BACKENDS))
+
+
 def get(name: str) -> Backend:
     for b in BACKENDS:
         if b.name == name:

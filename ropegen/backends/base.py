@@ -35,6 +35,7 @@ class Backend(ABC):
     folder: str          # templates/<folder>/
     comment: str         # line-comment marker of the generated language
     ready: bool = True   # False while a target is announced but not built
+    reserved: frozenset[str] = frozenset()   # words a tensor name may not be (it becomes a parameter)
 
     def template(self, plan: Plan, suffix: str) -> str:
         return f"{self.folder}/{plan.kind}.{suffix}.j2"

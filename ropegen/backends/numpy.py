@@ -1,6 +1,7 @@
 """The NumPy backend: a self-contained, vectorised Python module per operator."""
 from __future__ import annotations
 
+import keyword
 import types
 
 from ropegen import ir
@@ -38,6 +39,7 @@ class NumpyBackend(Backend):
     name = "numpy"
     folder = "numpy"
     comment = "#"
+    reserved = frozenset(keyword.kwlist) | {"np", "check"}   # the module's own names
 
     def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
         if isinstance(plan, RopePlan):

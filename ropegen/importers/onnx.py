@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ropegen.spec.sema import RESERVED
+from ropegen.spec.sema import reserved_words
 from ropegen.ir.dtypes import DTYPES, from_numpy
 
 if TYPE_CHECKING:  # onnx is an optional dependency: imported only when a model is read
@@ -66,7 +66,7 @@ _REQUIRED = {"RotaryEmbedding": 3, "RMSNormalization": 2}
 # ONNX's default epsilon, 1e-5, as the float32 an attribute would hold
 _DEFAULT_EPSILON = float(np.float32(1e-5))
 
-# Tensor names in generated specs: none of them is in check.RESERVED.
+# Tensor names in generated specs: none of them is in any target's reserved words.
 _ROPE_NAMES = ("x", "cos_cache", "sin_cache", "position_ids")
 _RMS_NAMES = ("x", "scale")
 _OUT = "y"
@@ -175,7 +175,7 @@ def _check_sizes(node: "onnx.NodeProto", types: Sequence[Optional[TensorType]]) 
             if isinstance(d, (int, np.integer)) and d <= 0:
                 raise ValueError(f"{_where(node)}: an input has shape {_fmt_shape(t[1])}; "
                                  "ropegen kernels need every dimension positive")
-            if isinstance(d, str) and (not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", d) or d in RESERVED):
+            if isinstance(d, str) and (not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", d) or d in reserved_words()):
                 raise ValueError(f"{_where(node)}: symbolic dimension '{d}' cannot name a spec symbol")
 
 
@@ -427,7 +427,7 @@ def _sanitize(name: str) -> str:
         return ""
     if not s[0].isalpha():
         s = "op_" + s
-    if s in RESERVED:
+    if s in reserved_words():
         s += "_op"
     return s
 
@@ -516,7 +516,7 @@ def _node_types(node: "onnx.NodeProto", known: dict, allow_symbolic: bool) -> li
 
 def _symbol(dim_param: str) -> str:
     s = _sanitize(dim_param)
-    if not s or s in RESERVED or s in (*_ROPE_NAMES, *_RMS_NAMES, _OUT):
+    if not s or s in reserved_words() or s in (*_ROPE_NAMES, *_RMS_NAMES, _OUT):
         s = f"dim_{s}" if s else "dim"
     return s
 

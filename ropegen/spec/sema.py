@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import keyword
 from typing import Callable
 
 from ropegen.spec import ast as A
@@ -23,11 +22,11 @@ ROPE_KEYS = ("pairing", "rotary_dim", "positions", "angles", "sequences", "direc
 RMS_KEYS = ("axis", "epsilon", "stash")
 ROLE_NAMES = tuple(r.value for r in ir.Role)
 PAIR_WORDS = ("neox", "gptj", "block", "glm2d")
-# Tensor names become parameters in generated Python, C and CUDA: keep them off keywords.
-RESERVED = frozenset(keyword.kwlist) | frozenset(
-    "np check auto break case char const continue default do double else enum extern float for goto if inline "
-    "int long register restrict return short signed sizeof static struct switch typedef union unsigned void "
-    "volatile while bool true false half size_t int32_t int64_t uint16_t uint32_t".split())
+def reserved_words() -> frozenset[str]:
+    """Words no tensor may be named: tensor names become parameters in every target's generated
+    source, so each target lists its own (Backend.reserved) and the checker refuses the union."""
+    from ropegen import backends   # the registry imports the plan stage; import it when first used
+    return backends.reserved_words()
 
 
 class _Bad(Exception):
@@ -123,7 +122,7 @@ class _OperatorChecker(AngleChecks):
         too_long = name_too_long(name)
         if too_long:
             self.err("C037", too_long, loc, "tensor names become identifiers in generated code: shorten it")
-        elif name in RESERVED or name.startswith("_"):
+        elif name in reserved_words() or name.startswith("_"):
             self.err("C036", f"'{name}' cannot name a tensor: it is reserved in a generated language", loc,
                      f"rename it, e.g. '{name.lstrip('_')}_t'")
 

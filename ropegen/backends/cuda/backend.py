@@ -22,6 +22,7 @@ from ropegen.backends.cuda import plan as cuda_plan
 from ropegen.backends.cuda import nvrtc
 from ropegen.ir.dtypes import DTYPES, DType, from_numpy
 from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.backends.c.abi import C_KEYWORDS
 from ropegen.backends.base import Backend, Kernel, bind_shape
 
 
@@ -29,6 +30,7 @@ class CudaBackend(Backend):
     name = "cuda"
     folder = "cuda"
     comment = "//"
+    reserved = C_KEYWORDS | frozenset({"half"})   # CUDA C++: C's words and the half type
 
     def config(self, plan: Plan):
         return cuda_plan.rope_cfg(plan) if isinstance(plan, RopePlan) else cuda_plan.rms_cfg(plan)
