@@ -39,9 +39,7 @@ class Operator:
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        if isinstance(self.ir, ir.RmsNormOp):
-            return (self.ir.output,)
-        return tuple(o.name for o in self.ir.outputs)
+        return self.ir.output_names
 
     def kernel(self, backend: str):
         if backend not in self._kernels:

@@ -1,12 +1,21 @@
-"""Stage 3: the checked operator, as frozen dataclasses and enums (no backend strings here)."""
+"""Stage 3: the checked operator, as frozen dataclasses and enums (no backend strings here).
+
+The records of rope's scaling forms (NoScaling, LinearScaling, Llama3Scaling, GgmlYarnScaling, and
+their union Scaling) are defined next to their rows in ops/rope/forms.py, so that a new scaling form
+is written in one place; they are reachable here under the same names (`ir.LinearScaling`).
+"""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from enum import Enum
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from ropegen.spec.diagnostics import Loc
 from ropegen.ir.dtypes import DType
+
+if TYPE_CHECKING:
+    from ropegen.ops.rope.forms import Scaling
 
 
 class Role(Enum):
@@ -99,43 +108,7 @@ class Positions:
     start: Scalar = 0
     pad: str | None = None
     first_seqlen: Scalar | None = None
-
-    @property
-    def streams(self) -> int:
-        return 2 if self.kind is PositionKind.GLM2D else 1
-
-
-@dataclass(frozen=True)
-class NoScaling:
-    pass
-
-
-@dataclass(frozen=True)
-class LinearScaling:
-    factor: float
-
-
-@dataclass(frozen=True)
-class Llama3Scaling:
-    factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_positions: int
-
-
-@dataclass(frozen=True)
-class GgmlYarnScaling:
-    """ggml_rope_ext's parameters beyond freq_base (YaRN in ggml's own form)."""
-
-    freq_scale: float
-    ext_factor: float
-    attn_factor: float
-    beta_fast: float
-    beta_slow: float
-    n_ctx_orig: int
-
-
-Scaling = Union[NoScaling, LinearScaling, Llama3Scaling, GgmlYarnScaling]
+    streams: int = 1     # position streams, each rotating its own part of the head (glm2d: two halves)
 
 
 @dataclass(frozen=True)
@@ -147,7 +120,7 @@ class TableAngles:
 @dataclass(frozen=True)
 class ComputedAngles:
     base: float
-    scaling: Scaling
+    scaling: Scaling     # a scaling form's record (ops/rope/forms.py)
     freq_factors: str | None
     magnitude: float
 
@@ -208,6 +181,10 @@ class RopeOp:
     def rotated(self) -> tuple[Tensor, ...]:
         return tuple(self.tensor(o.source) for o in self.outputs)
 
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
+
 
 @dataclass(frozen=True)
 class RmsNormOp:
@@ -220,6 +197,10 @@ class RmsNormOp:
     loc: Loc
 
     kind = "rmsnorm"
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return (self.output,)
 
     @property
     def x(self) -> Tensor:
@@ -239,3 +220,11 @@ class Spec:
     sha256: str
     operators: tuple[Operator, ...]
     warnings: tuple = ()      # Diagnostics of severity "warning": reported, but the spec checks
+
+
+def __getattr__(name: str):
+    # the scaling records, loaded on first use: forms.py imports this module
+    forms = importlib.import_module("ropegen.ops.rope.forms")
+    if name in forms.IR_NAMES:
+        return getattr(forms, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

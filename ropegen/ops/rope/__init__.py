@@ -1,0 +1,20 @@
+"""RoPE as one vertical slice: check, forms (one row per scaling/position/angle form), plan, angles,
+reference, inputs and explain of `rope` operators."""
+from __future__ import annotations
+
+from ropegen.ops import OpKind
+from ropegen.ops.rope import check, explain, inputs, plan, reference
+
+KIND = OpKind(
+    word="rope",
+    settings=check.SETTINGS,
+    check=check.check,
+    plan=plan.plan,
+    constants=plan.constants,
+    reference=reference.evaluate,
+    tolerance_dtype=reference.tolerance_dtype,
+    explain=explain.explain,
+    symbol_roles=inputs.symbol_roles,
+    make_inputs=inputs.make_inputs,
+    case_bytes=inputs.case_bytes,
+)

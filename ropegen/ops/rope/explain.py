@@ -1,0 +1,75 @@
+"""`ropegen explain` for a rope plan: the resolved pair map, positions and angles in words."""
+from __future__ import annotations
+
+import math
+
+from ropegen import ir
+from ropegen.ops.rope import forms
+from ropegen.ops.rope.angles import ExactAngles, GgmlAngles, TableAnglesPlan
+from ropegen.ops.rope.plan import RopePlan
+
+
+def _shape(t) -> str:
+    return f"{t.dtype.name}[{', '.join(map(str, t.shape))}]"
+
+
+def explain(p: RopePlan) -> str:
+    op: ir.RopeOp = p.ir
+    lines = [f"rope {p.name}"]
+    for t in p.inputs:
+        lines.append(f"  input      {t.name}: {_shape(t)}")
+    for s in p.streams:
+        lines.append(f"  output     {s.out} = {'rotate' if s.rotate else 'copy'}({s.src})")
+    lines.append(f"  tokens     {'packed [tokens]' if p.token_layout == 't' else '[batch, seq]'}"
+                 + (f", sequences from '{p.sequences}'" if p.sequences else ""))
+    desc = forms.position_of(op.positions).explain(op.positions)
+    lines.append(f"  positions  {desc}")
+    lines.append(f"  pairing    {op.pairing.kind.value}"
+                 + (f" (coeff {op.pairing.coeff})" if op.pairing.coeff else "")
+                 + (f" (inner {op.pairing.inner.value})" if op.pairing.inner else ""))
+    lines.append(f"  unit       {p.unit} elements rotated as one head ({p.head_dim // p.unit} per head of {p.head_dim}),"
+                 f" rotary dims {p.rotary_dim}")
+    if p.passthrough:
+        lines.append(f"  pass       elements {', '.join(f'[{a}, {b})' for a, b in p.passthrough)} of each unit are copied")
+    lines.append("  pair map   (a, b) elements, (ca, cb) cos/sin columns, stream = position stream")
+    for blk in p.blocks:
+        shown = []
+        for j in range(min(blk.count, 4)):
+            shown.append(f"({blk.a0 + j * blk.a_step},{blk.b0 + j * blk.b_step})"
+                         f"@({blk.ca0 + j * blk.ca_step},{blk.cb0 + j * blk.cb_step})")
+        more = f" ... {blk.count} pairs" if blk.count > 4 else ""
+        lines.append(f"             stream {blk.stream}: {' '.join(shown)}{more}")
+    lines.append(f"  arithmetic {p.compute.name}" + (" (each product and sum rounded to storage)"
+                                                      if p.compute_storage_rounding else "")
+                 + f", storage {p.storage.name}")
+    lines.append(f"  direction  {'backward (sin negated)' if p.sin_sign < 0 else 'forward'}")
+    lines += _ANGLES[p.angles.kind](p.angles)
+    lines.append(f"  trig       {'fast intrinsics' if p.trig_fast else 'accurate'}")
+    return "\n".join(lines)
+
+
+def _table(a: TableAnglesPlan) -> list[str]:
+    return [f"  angles     cos/sin tables '{a.cos}', '{a.sin}' ({a.dtype.name}, {a.width} wide), rows by "
+            + ("token" if a.per_token else "position")]
+
+
+def _exact(a: ExactAngles) -> list[str]:
+    lines = [f"  angles     exact: theta = p * inv_freq[c]{' / ' + a.freq_factors + '[c]' if a.freq_factors else ''}"
+             f" in float64; magnitude {a.magnitude!r}",
+             "             c   inv_freq                  wavelength"]
+    for c, f in enumerate(a.inv_freq):
+        lines.append(f"             {c:<3} {f!r:<25} {2 * math.pi / f:.6g}")
+    return lines
+
+
+def _ggml(a: GgmlAngles) -> list[str]:
+    lines = [f"  angles     ggml float32: theta_scale {a.theta_scale!r}, freq_scale {a.freq_scale!r}, "
+             f"mscale {a.mscale!r}" + (f", freq_factors '{a.freq_factors}'" if a.freq_factors else "")]
+    if a.yarn:
+        lines.append(f"             YaRN corr dims {a.corr_dims}, ramp: "
+                     + ", ".join(f"{r:.4g}" for r in a.ramp))
+    return lines
+
+
+# each planned angle record, described
+_ANGLES = {"table": _table, "exact": _exact, "ggml": _ggml}
