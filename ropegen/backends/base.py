@@ -1,31 +1,18 @@
-"""What every backend provides: render a plan to files, say whether it can run here, load it."""
+"""What a target is: a small facts class (its name, template folder, comment marker, reserved words)
+that renders a plan to files, says whether it can run here, and loads a kernel."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ropegen.ops.plan import Plan
 from ropegen.render import provenance, render
 
+if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
+    from ropegen.ops.plan import Plan
+
 Kernel = Callable[..., tuple[np.ndarray, ...]]
-
-
-def bind_shape(sym: dict[str, int], name: str, shape: tuple[int, ...], dims: tuple) -> None:
-    """Check a shape against declared dims (ints or symbols), binding each symbol on first sight;
-    the same rule and messages as the generated NumPy modules."""
-    if len(shape) != len(dims):
-        raise ValueError(f"{name}: expected rank {len(dims)} {list(dims)}, got shape {tuple(shape)}")
-    for i, (n, d) in enumerate(zip(shape, dims)):
-        if isinstance(d, int):
-            if n != d:
-                raise ValueError(f"{name}: dimension {i} is {n}, expected {d}")
-        elif d in sym:
-            if n != sym[d]:
-                raise ValueError(f"{name}: dimension {i} ({d}) is {n}, but {d} = {sym[d]} from an earlier input")
-        else:
-            sym[d] = n
 
 
 class Backend(ABC):

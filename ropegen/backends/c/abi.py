@@ -1,11 +1,17 @@
-"""The C kernel ABI: the exported function's parameter list, shared by the templates and the ctypes wrapper."""
+"""The C kernel ABI: the exported function's parameter list (lower.abi.Param spelled in C), shared by
+the templates and the ctypes call; C's reserved words and identifier mangling."""
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from ropegen.backends.c import facts
+from ropegen.lower.abi import Param as _Param
+from ropegen.lower.abi import mangle, symbols
 
-from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
+if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
+    from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
 
 # Tensor names the spec checker refuses (they become parameter names): C keywords and the fixed-width
 # types the generated code uses. Other clashes are renamed by c_ident.
@@ -22,28 +28,28 @@ NULL main errno
 
 def c_ident(name: str, taken: set[str]) -> str:
     """A C parameter name for a spec name: unchanged unless reserved, internal (rg_/ropegen_) or taken."""
-    out = name
-    if out in _C_RESERVED or out.startswith(("rg_", "ropegen_", "ROPEGEN_", "__")):
-        out = "u_" + out   # the internal prefixes are the generated code's own namespace
-    while out in _C_RESERVED or out in taken:
-        out = out + "_"
-    taken.add(out)
-    return out
+    return mangle(name, taken, _C_RESERVED)
 
 
 # ---------------------------------------------------------------------------------------------
 # the ABI
 
 @dataclass(frozen=True)
-class Param:
-    """One parameter of an exported kernel function."""
+class CParam(_Param):
+    """A lower.abi.Param as the C target spells it (the words templates/c and the ctypes call read)."""
 
-    kind: str            # in | out | stride | scalar | dim | threads
-    c_name: str
-    c_type: str          # the C type of the parameter ("const float *", "int64_t", "int")
-    doc: str
-    tensor: str | None = None    # the spec tensor (in, out, stride, scalar) or symbol (dim)
-    axis: str | None = None      # stride: batch | seq | token | head
+    axis: str | None = None      # stride: the header's word for it (batch | seq | token | head)
+
+    @property
+    def c_name(self) -> str:
+        return self.name
+
+    @property
+    def c_type(self) -> str:
+        """The C type of the parameter ("const float *", "int64_t", "int")."""
+        if self.dtype is not None:
+            return f"{'const ' if self.const else ''}{facts.element(self.dtype)} *"
+        return "int" if self.bits == 32 else "int64_t"
 
     @property
     def decl(self) -> str:
@@ -52,79 +58,83 @@ class Param:
 
     @property
     def ctype(self):
-        if self.kind in ("in", "out"):
+        if self.is_pointer:
             return ctypes.c_void_p
-        return ctypes.c_int if self.kind == "threads" else ctypes.c_int64
+        return ctypes.c_int if self.bits == 32 else ctypes.c_int64
 
 
 def _shape_str(t) -> str:
     return f"{t.dtype.name}[{', '.join(map(str, t.shape))}]"
 
 
-def _symbols(plan: Plan) -> list[str]:
-    seen: list[str] = []
-    for t in plan.inputs:
-        for d in t.shape:
-            if isinstance(d, str) and d not in seen:
-                seen.append(d)
-    return seen
+def _threads(taken: set[str]) -> CParam:
+    return CParam(c_ident("threads", taken), ("threads",), bits=32, doc="OpenMP threads (values < 1 mean 1)")
 
 
-def rope_abi(p: RopePlan) -> list[Param]:
+def _dim(sym: str, taken: set[str]) -> CParam:
+    return CParam(c_ident(sym, taken), ("dim", sym), doc=f"the size {sym}")
+
+
+# The header's words for the canonical stride axes (lower/strides.py): packed tokens step along "s".
+_AXIS_WORDS = {"t": (("s", "token"), ("h", "head")), "bs": (("b", "batch"), ("s", "seq"), ("h", "head"))}
+
+
+def rope_abi(p: RopePlan) -> list[CParam]:
     taken: set[str] = set()
     names = {t.name: c_ident(t.name, taken) for t in p.inputs}
     outs = {s.out: c_ident(s.out, taken) for s in p.streams}
-    syms = {s: c_ident(s, taken) for s in _symbols(p)}
-    axes = ("token", "head") if p.token_layout == "t" else ("batch", "seq", "head")
-    params: list[Param] = []
+    syms = {s: c_ident(s, taken) for s in symbols(p)}
+    params: list[CParam] = []
 
     def strides(tensor: str, cname: str) -> None:
-        for a in axes:
-            params.append(Param("stride", c_ident(f"{cname}_stride_{a}", taken), "int64_t",
-                                f"elements between consecutive {a}s of {tensor}", tensor, a))
+        for a, word in _AXIS_WORDS[p.token_layout]:
+            params.append(CParam(c_ident(f"{cname}_stride_{word}", taken), ("stride", tensor, a),
+                                 doc=f"elements between consecutive {word}s of {tensor}", axis=word))
 
     for t in p.inputs:
         if t.heads is not None:
-            params.append(Param("in", names[t.name], f"const {t.dtype.c_type} *",
-                                f"{_shape_str(t)}, head_dim contiguous, other axes strided", t.name))
+            params.append(CParam(names[t.name], ("in", t.name), t.dtype, True,
+                                 doc=f"{_shape_str(t)}, head_dim contiguous, other axes strided"))
             strides(t.name, names[t.name])
         elif t.rank == 0:
-            params.append(Param("scalar", names[t.name], "int64_t", f"the value of {t.name} ({t.dtype.name})",
-                                t.name))
+            params.append(CParam(names[t.name], ("scalar", t.name), doc=f"the value of {t.name} ({t.dtype.name})"))
         else:
-            params.append(Param("in", names[t.name], f"const {t.dtype.c_type} *", f"{_shape_str(t)}, contiguous",
-                                t.name))
+            params.append(CParam(names[t.name], ("in", t.name), t.dtype, True, doc=f"{_shape_str(t)}, contiguous"))
     for s in p.streams:
         what = "rotated" if s.rotate else "copied"
-        params.append(Param("out", outs[s.out], f"{p.storage.c_type} *",
-                            f"{what} {s.src}: the shape of {s.src}, may equal it (in place)", s.out))
+        params.append(CParam(outs[s.out], ("out", s.out), p.storage,
+                             doc=f"{what} {s.src}: the shape of {s.src}, may equal it (in place)"))
         strides(s.out, outs[s.out])
     for s, c in syms.items():
-        params.append(Param("dim", c, "int64_t", f"the size {s}", s))
-    params.append(Param("threads", c_ident("threads", taken), "int", "OpenMP threads (values < 1 mean 1)"))
+        params.append(CParam(c, ("dim", s), doc=f"the size {s}"))
+    params.append(_threads(taken))
     return params
 
 
-def rms_abi(p: RmsNormPlan) -> list[Param]:
+def rms_abi(p: RmsNormPlan) -> list[CParam]:
     taken: set[str] = set()
     x, s = p.inputs
-    params = [Param("in", c_ident(x.name, taken), f"const {x.dtype.c_type} *", f"{_shape_str(x)}, contiguous",
-                    x.name),
-              Param("in", c_ident(s.name, taken), f"const {s.dtype.c_type} *", f"{_shape_str(s)}, contiguous",
-                    s.name),
-              Param("out", c_ident(p.out, taken), f"{p.y.c_type} *",
-                    f"{p.y.name}, the shape of {x.name}, contiguous", p.out)]
-    for sym in _symbols(p):
-        params.append(Param("dim", c_ident(sym, taken), "int64_t", f"the size {sym}", sym))
-    params.append(Param("threads", c_ident("threads", taken), "int", "OpenMP threads (values < 1 mean 1)"))
+    params = [CParam(c_ident(x.name, taken), ("in", x.name), x.dtype, True, doc=f"{_shape_str(x)}, contiguous"),
+              CParam(c_ident(s.name, taken), ("in", s.name), s.dtype, True, doc=f"{_shape_str(s)}, contiguous"),
+              CParam(c_ident(p.out, taken), ("out", p.out), p.y,
+                     doc=f"{p.y.name}, the shape of {x.name}, contiguous")]
+    for sym in symbols(p):
+        params.append(_dim(sym, taken))
+    params.append(_threads(taken))
     return params
 
 
-def abi(plan: Plan) -> list[Param]:
-    return rope_abi(plan) if isinstance(plan, RopePlan) else rms_abi(plan)
+# The exported function's parameters for each operator kind (the plan's `.kind` word).
+ABIS = {"rope": rope_abi, "rmsnorm": rms_abi}
+
+
+def abi(plan: Plan) -> list[CParam]:
+    return ABIS[plan.kind](plan)
 
 
 def function_name(plan: Plan) -> str:
     return f"ropegen_{plan.name}"
 
 
+# The name templates/c and backends/c/context.py knew the C parameters by (same attributes).
+Param = CParam

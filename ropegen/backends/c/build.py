@@ -1,9 +1,10 @@
 """Build C sources into a cached shared library or executable with the system C compiler.
 
 The compiler is $CC or `cc`. Builds are cached under $XDG_CACHE_HOME/ropegen (else ~/.cache/ropegen),
-keyed by the sources, the compiler's identity (`CC --version`) and the flags. Each build goes to a
-temporary file in the cache folder and is published with os.replace, so concurrent builds of one
-kernel are safe and a library some process has mapped is never written in place (that is SIGBUS).
+keyed by the sources, the compiler's identity (`CC --version`) and the flags (runtime/cache.py's
+recipe, shared with the other targets' build caches). Each build goes to a temporary file in the
+cache folder and is published with os.replace, so concurrent builds of one kernel are safe and a
+library some process has mapped is never written in place (that is SIGBUS).
 Next to each build, `<file>.sha256` holds its digest; a build whose bytes no longer match, or a
 library that will not load, is rebuilt once, then reported as a CompilerError.
 Every compiler run (the `--version` identity, the flag probes, the build) is killed after
@@ -15,7 +16,6 @@ Numerics-changing flags are pinned: ISO C11 (no GNU extensions), no FMA contract
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import os
 import shlex
@@ -26,6 +26,8 @@ import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
+
+from ropegen.runtime import cache
 
 # Flags every ropegen C build uses; the generated headers record them (keep in sync: one list).
 PINNED_FLAGS: tuple[str, ...] = ("-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-fast-math")
@@ -161,12 +163,8 @@ def cache_dir() -> Path:
 
 
 def cache_key(sources: dict[str, str], flags: tuple[str, ...], kind: str) -> str:
-    h = hashlib.sha256()
-    for part in (kind, identity(), " ".join(compiler()), "\0".join(flags)):
-        h.update(part.encode("utf-8") + b"\0")
-    for name in sorted(sources):
-        h.update(name.encode("utf-8") + b"\0" + sources[name].encode("utf-8") + b"\0")
-    return h.hexdigest()[:24]
+    """The build's key (runtime/cache.py's recipe): the compiler's identity and command are its toolchain."""
+    return cache.key(kind, (identity(), " ".join(compiler())), flags, sources)
 
 
 def _compile(sources: dict[str, str], flags: tuple[str, ...], target: Path) -> None:
@@ -194,7 +192,7 @@ def _intact(path: Path) -> bool:
         data = path.read_bytes()
     except (OSError, UnicodeDecodeError):
         return False
-    return bool(data) and hashlib.sha256(data).hexdigest() == recorded
+    return bool(data) and cache.digest(data) == recorded
 
 
 def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -224,7 +222,7 @@ def _publish(sources: dict[str, str], flags: tuple[str, ...], path: Path) -> Non
         os.chmod(tmp, 0o755)
         # The digest goes first: whoever then sees the new build also sees its digest (a compiler
         # gives the same bytes for the same key, so a concurrent builder's digest fits as well).
-        _write_atomic(_sum_path(path), hashlib.sha256(data).hexdigest().encode("ascii") + b"\n")
+        _write_atomic(_sum_path(path), cache.digest(data).encode("ascii") + b"\n")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
