@@ -1,0 +1,58 @@
+"""The C target's language facts: how C spells each element and arithmetic type, and the names of the
+helpers templates/c/_dtypes.inc.j2 defines. Every C word the render context hands a template is
+looked up here; a pair with no helper fails at render time, not in the C compiler."""
+from __future__ import annotations
+
+from ropegen.ir.dtypes import DType
+from ropegen.render import c_double, c_float
+
+# Element (storage) types as C spells them: f16 / bf16 travel as their raw uint16_t bits.
+ELEMENT = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
+           "i32": "int32_t", "i64": "int64_t", "u32": "uint32_t"}
+
+# Arithmetic types: f16r / bf16r are floats holding values of the storage grid (compute = storage),
+# every product and sum rounded back onto it by ROUND.
+ARITH = {"f64": "double", "f32": "float", "f16r": "float", "bf16r": "float"}
+ROUND = {"f64": "", "f32": "", "f16r": "rg_round_f16", "bf16r": "rg_round_bf16"}
+SQRT = {"f64": "sqrt", "f32": "sqrtf"}
+# a constant of a float arithmetic type, printed so that it reads back exactly
+LITERAL = {"f64": c_double, "f32": c_float}
+
+# rg_load_<element>_<arithmetic>: one element into the arithmetic type (as NumPy casts it)
+LOAD = {
+    ("f32", "f32"): "rg_load_f32_f32", ("f32", "f64"): "rg_load_f32_f64",
+    ("f32", "f16r"): "rg_load_f32_f16r", ("f32", "bf16r"): "rg_load_f32_bf16r",
+    ("f64", "f32"): "rg_load_f64_f32", ("f64", "f64"): "rg_load_f64_f64",
+    ("f64", "f16r"): "rg_load_f64_f16r", ("f64", "bf16r"): "rg_load_f64_bf16r",
+    ("f16", "f32"): "rg_load_f16_f32", ("f16", "f64"): "rg_load_f16_f64",
+    ("f16", "f16r"): "rg_load_f16_f16r", ("f16", "bf16r"): "rg_load_f16_bf16r",
+    ("bf16", "f32"): "rg_load_bf16_f32", ("bf16", "f64"): "rg_load_bf16_f64",
+    ("bf16", "f16r"): "rg_load_bf16_f16r", ("bf16", "bf16r"): "rg_load_bf16_bf16r",
+}
+# rg_store_<arithmetic>_<element>: round a result to the element type
+STORE = {
+    ("f32", "f32"): "rg_store_f32_f32", ("f32", "f64"): "rg_store_f32_f64",
+    ("f32", "f16"): "rg_store_f32_f16", ("f32", "bf16"): "rg_store_f32_bf16",
+    ("f64", "f32"): "rg_store_f64_f32", ("f64", "f64"): "rg_store_f64_f64",
+    ("f64", "f16"): "rg_store_f64_f16", ("f64", "bf16"): "rg_store_f64_bf16",
+    ("f16r", "f16"): "rg_store_f16r_f16", ("bf16r", "bf16"): "rg_store_bf16r_bf16",
+}
+
+
+def element(d: DType) -> str:
+    return ELEMENT[d.name]
+
+
+def arith_name(compute: DType, storage_rounding: bool) -> str:
+    """The arithmetic type's helper suffix: f32, f64, or f16r / bf16r for rounded storage arithmetic."""
+    if storage_rounding and compute.name in ("f16", "bf16"):
+        return compute.name + "r"
+    return compute.name
+
+
+def load(element_type: str, arith: str) -> str:
+    return LOAD[element_type, arith]
+
+
+def store(arith: str, element_type: str) -> str:
+    return STORE[arith, element_type]
