@@ -35,10 +35,10 @@ import pytest
 
 import ropegen
 from ropegen import ir
-from ropegen.backends.cuda import plan as cuda_plan
+from ropegen.backends import cuda as cuda_plan
 from ropegen.backends.cuda import nvrtc
 from ropegen.ops import reference
-from ropegen.backends.cuda import backend as cuda_backend
+from ropegen.backends import cuda as cuda_backend
 from ropegen.crosscheck import compare
 from ropegen.ops.inputs import CASES, make_inputs
 from ropegen.ops.plan import RopePlan
@@ -339,7 +339,7 @@ def test_canonical_strides_address_the_reference_view(op):
 
 
 def test_bench_shapes_from_the_command_line():
-    from ropegen.bench import cuda as cuda_bench
+    from ropegen.backends.cuda import bench as cuda_bench
     assert cuda_bench.parse_shapes(None) == cuda_bench.DEFAULT_SHAPES
     assert {s[0] for s in cuda_bench.DEFAULT_SHAPES} == {1, 64, 4096, 16384}
     assert cuda_bench.parse_shapes(["T=64,dtype=f32"]) == ((64, 32, 8, 128, "f32"),)

@@ -1,0 +1,172 @@
+"""The CUDA render configuration: what the CUDA templates print for one plan, as ropegen words.
+
+Everything here is an identifier, an enum, a dtype name or a number (the tiling and launch shapes
+come from lower/gpu.py, the parameter lists from backends/cuda/abi.py); the templates spell the
+CUDA source, looking types and intrinsics up in backends/cuda/facts.py (template global `cuda`).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from ropegen.backends.cuda.abi import rms_params, rope_params
+from ropegen.lower import gpu
+from ropegen.lower.gpu import HeadStream, RmsKernel, RopeKernel
+from ropegen.lower.status import Status
+from ropegen.ops.plan import ExactAngles, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.render import c_double, c_float
+
+# The error-word bits the kernels set (lower/status.py's table).
+ERR_POSITION = int(Status.EPOSITION)
+ERR_SEQUENCES = int(Status.ESEQUENCES)
+
+# Angles are reduced to turns in double, u = theta / (2 pi), then sin(pi * 2(u - rint(u))) comes
+# from sincospi(f): no Payne-Hanek path, no local memory, for any angle.
+INV_TWO_PI = 0.15915494309189535   # 1 / (2 pi), the double nearest to it
+TWO_PI = 6.283185307179586
+
+
+class AngleMode(enum.Enum):
+    TABLE = "table"         # cos/sin read from tables
+    EXACT = "exact"         # theta = position * inv_freq in double, reduced to turns
+    GGML = "ggml"           # ggml's float32 running product
+
+
+class SinCos(enum.Enum):
+    """How cos and sin of an angle are evaluated."""
+
+    DOUBLE = "double"       # sincospi in double (exact angles, compute f64)
+    ACCURATE = "accurate"   # reduced to turns in double, then sincospif
+    FAST = "fast"           # the fast intrinsic (the spec asks for fast trig)
+
+
+class Rows(enum.Enum):
+    """Where a token's cos/sin come from."""
+
+    TOKEN = "token"         # per-token table rows (no positions)
+    POSITION = "position"   # table rows indexed by the token's positions
+    COMPUTED = "computed"   # computed from the token's positions
+
+
+class ScalarKind(enum.Enum):
+    ZERO = "zero"           # absent
+    LITERAL = "literal"     # a constant of the spec
+    TENSOR = "tensor"       # an integer input, read on the device (pad: its [batch] entry)
+
+
+@dataclass(frozen=True)
+class PosScalar:
+    """An arange / glm2d scalar (start, first_seqlen, pad): the template spells the read."""
+
+    kind: ScalarKind
+    value: int = 0
+    tensor: str = ""
+
+
+def _scalar(v: int | str | None) -> PosScalar:
+    if v is None:
+        return PosScalar(ScalarKind.ZERO)
+    if isinstance(v, int):
+        return PosScalar(ScalarKind.LITERAL, int(v))
+    return PosScalar(ScalarKind.TENSOR, tensor=v)
+
+
+@dataclass(frozen=True)
+class RopeCfg:
+    plan: RopePlan
+    storage: str           # dtype names of the rotated tensors and of the arithmetic
+    acc: str
+    round_storage: bool    # round each product (and angle) to storage (compute = storage)
+    angle_mode: AngleMode
+    rows: Rows
+    sincos: SinCos
+    streams: tuple[HeadStream, ...]
+    total_heads: int
+    block: int
+    min_blocks: int
+    vec: RopeKernel
+    scalar: RopeKernel
+    consts: dict           # planned float constants (the template formats them)
+    start: PosScalar       # arange / glm2d scalars
+    first: PosScalar
+    pad: PosScalar
+
+    @property
+    def kernels(self) -> tuple[RopeKernel, ...]:
+        return (self.vec, self.scalar)
+
+    err_position = ERR_POSITION
+    err_sequences = ERR_SEQUENCES
+
+
+def angle_mode(p: RopePlan) -> AngleMode:
+    if isinstance(p.angles, TableAnglesPlan):
+        return AngleMode.TABLE
+    if isinstance(p.angles, ExactAngles):
+        return AngleMode.EXACT
+    return AngleMode.GGML
+
+
+def rope_cfg(p: RopePlan) -> RopeCfg:
+    acc = "f64" if p.compute.name == "f64" else "f32"
+    mode = angle_mode(p)
+    if mode is not AngleMode.TABLE:
+        rows = Rows.COMPUTED
+    else:
+        rows = Rows.TOKEN if p.angles.per_token else Rows.POSITION
+    streams = gpu.head_streams(p)
+    if mode is AngleMode.EXACT and acc == "f64":
+        sincos = SinCos.DOUBLE
+    else:
+        sincos = SinCos.FAST if p.trig_fast else SinCos.ACCURATE
+    consts: dict = {}
+    if mode is AngleMode.EXACT:
+        consts = {"inv_freq": p.angles.inv_freq, "magnitude": p.angles.magnitude,
+                  "magnitude_f": float(np.float32(p.angles.magnitude)), "two_pi": TWO_PI, "inv_two_pi": INV_TWO_PI}
+    elif mode is AngleMode.GGML:
+        a = p.angles
+        consts = {"theta_scale": a.theta_scale, "freq_scale": a.freq_scale, "mscale": a.mscale,
+                  "ramp": a.ramp, "one_minus_ramp": a.one_minus_ramp, "inv_two_pi": INV_TWO_PI}
+    vec, scal = gpu.rope_kernels(p, rope_params(p, streams, False), rope_params(p, streams, True))
+    return RopeCfg(
+        plan=p, storage=p.storage.name, acc=acc,
+        round_storage=p.compute_storage_rounding and p.storage.name in ("f16", "bf16"),
+        angle_mode=mode, rows=rows, sincos=sincos,
+        streams=streams, total_heads=streams[-1].last if streams else 0,
+        block=gpu.ROPE_BLOCK, min_blocks=gpu.ROPE_MIN_BLOCKS, vec=vec, scalar=scal, consts=consts,
+        start=_scalar(p.positions.start), first=_scalar(p.positions.first_seqlen),
+        pad=_scalar(p.positions.pad))
+
+
+@dataclass(frozen=True)
+class RmsCfg:
+    plan: RmsNormPlan
+    x: str                 # dtype names
+    scale: str
+    y: str
+    stash: str             # stage one's arithmetic
+    product: str           # the scale multiply's arithmetic
+    epsilon: str           # epsilon as a literal of the stash type
+    scale_direct: bool     # scale index = element index (no broadcasting)
+    scale_dims: tuple[tuple[int, int], ...]   # (size, stride) innermost first, for broadcasting
+    vec: RmsKernel
+    scalar: RmsKernel
+
+    @property
+    def kernels(self) -> tuple[RmsKernel, ...]:
+        return (self.vec, self.scalar)
+
+
+def rms_cfg(p: RmsNormPlan) -> RmsCfg:
+    stash = p.stash.name
+    direct = tuple(p.padded_scale_shape) == tuple(p.norm_shape)
+    dims = tuple((n, s) for n, s in zip(reversed(p.norm_shape), reversed(p.scale_strides)))
+    eps = c_double(p.epsilon_stash) if stash == "f64" else c_float(p.epsilon_stash)
+    params = rms_params(p)
+    return RmsCfg(
+        plan=p, x=p.x.name, scale=p.scale.name, y=p.y.name, stash=stash, product=p.product.name,
+        epsilon=eps, scale_direct=direct, scale_dims=dims,
+        vec=gpu.rms_kernel(p, f"{p.name}_vec", gpu.rms_vector_width(p), params),
+        scalar=gpu.rms_kernel(p, f"{p.name}_scalar", 1, params))

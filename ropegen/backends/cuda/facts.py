@@ -1,0 +1,46 @@
+"""CUDA C++ language facts: how CUDA spells each dtype, its correctly rounded intrinsics, its sincos
+functions and its reserved words.
+
+Tables only, keyed by ropegen's own words (dtype names, integer widths, the trig mode); the CUDA
+templates look them up (template global `cuda`) and no Python module spells CUDA source.
+"""
+from __future__ import annotations
+
+from ropegen.ir.dtypes import DTYPES
+
+# The CUDA type of each dtype (f16 / bf16 as the cuda_fp16.h / cuda_bf16.h types).
+TYPES = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
+         "i32": "int", "i64": "long long", "u32": "unsigned int"}
+
+# Integers passed by value, by width.
+INTS = {32: "int", 64: "long long"}
+
+# Correctly rounded, never contracted arithmetic of each floating arithmetic type.
+MUL = {"f64": "__dmul_rn", "f32": "__fmul_rn"}
+ADD = {"f64": "__dadd_rn", "f32": "__fadd_rn"}
+SUB = {"f64": "__dsub_rn", "f32": "__fsub_rn"}
+DIV = {"f64": "__ddiv_rn", "f32": "__fdiv_rn"}
+SQRT = {"f64": "__dsqrt_rn", "f32": "__fsqrt_rn"}
+
+# float sincos by trig mode (the spec's `trig fast` opts into the intrinsic).
+SINCOSF = {"accurate": "sincosf", "fast": "__sincosf"}
+
+
+def param_type(dtype_name: str | None, const: bool, bits: int) -> str:
+    """How a kernel signature spells a parameter's type: `[const ]T*` for a pointer to dtype
+    `dtype_name`, the integer type of width `bits` for a value."""
+    if dtype_name is None:
+        return INTS[bits]
+    return ("const " if const else "") + TYPES[dtype_name] + "*"
+
+
+# Words a tensor name may not be (it becomes a kernel parameter): C's keywords and fixed-width
+# types, and CUDA's half type.
+RESERVED = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if inline int long
+register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+bool true false size_t int32_t int64_t uint16_t uint32_t half
+""".split())
+
+if set(TYPES) != set(DTYPES):
+    raise AssertionError(f"CUDA spells {sorted(TYPES)}, the dtype table has {sorted(DTYPES)}")
