@@ -130,36 +130,25 @@ def cmd_import_onnx(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from ropegen.backends.c.build import CompilerError
+    from ropegen.bench.targets import user_errors
     try:
         return _bench(args)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    except CompilerError as exc:
+    except user_errors() as exc:   # ValueError and the targets' own (a C compiler that is missing, ...)
         raise UserError(str(exc)) from None
 
 
 def _bench(args) -> int:
-    from ropegen import backends
+    from ropegen.bench.harness import measure
+    from ropegen.bench.suites import SUITES
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
-    if args.suite == "llama3":
-        from ropegen.bench.harness import llama3_suite
-        ops += llama3_suite()
+    if args.suite:
+        ops += SUITES[args.suite]()
     if not ops:
         raise UserError("nothing to measure: give SPEC files or --suite llama3")
-    if args.backend == "cuda":
-        why = backends.get("cuda").unavailable()
-        if why:
-            raise UserError(f"backend 'cuda' cannot run here: {why}")
-        from ropegen.bench.cuda import bench_cuda, format_cuda
-        results = bench_cuda(ops, shapes=args.shape, repeats=args.repeats)
-        print(format_cuda(results))
-    else:
-        from ropegen.bench.harness import bench, format_results
-        results = bench(ops, backend=args.backend, threads=args.threads, shapes=args.shape,
-                        repeats=args.repeats)
-        print(format_results(results))
+    results, table = measure(ops, backend=args.backend, threads=args.threads, shapes=args.shape,
+                             repeats=args.repeats)
+    print(table)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -189,7 +178,7 @@ def _int_option(lo: int, hi: int, what: str):
 
 def _shape_option(text: str) -> str:
     """NAME=VALUE items (bench.shape_items); which names apply is checked against the bench later."""
-    from ropegen.bench.harness import shape_items
+    from ropegen.bench.shapes import shape_items
     try:
         shape_items(text)
     except ValueError as exc:
@@ -197,7 +186,19 @@ def _shape_option(text: str) -> str:
     return text
 
 
+def _alternatives(words: tuple[str, ...]) -> str:
+    """'a (default), b or c' for choices whose first is the default."""
+    if not words:
+        return "none is built"
+    rest = words[1:]
+    tail = f"{', '.join(rest[:-1])} or {rest[-1]}" if len(rest) > 1 else "".join(rest)
+    return f"{words[0]} (default)" + (f", {tail}" if tail else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from ropegen.bench import targets
+    from ropegen.bench.suites import SUITES
+    bench_targets = targets.names()     # the registry's targets, the default first
     ap = argparse.ArgumentParser(prog="ropegen", description="Compile .rope specs into RoPE and RMSNorm kernels "
                                  "for NumPy, C and CUDA, and check every backend against a float64 reference.")
     ap.add_argument("--version", action="version", version=f"ropegen {__version__}")
@@ -236,10 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="measure time, bytes moved, GB/s and the ratio to a copy of the same bytes")
     p.add_argument("spec", nargs="*", metavar="SPEC")
-    p.add_argument("--suite", choices=("llama3",), default=None,
+    p.add_argument("--suite", choices=tuple(SUITES), default=None,
                    help="add a built-in set: llama3 = Llama-3-8B RoPE (f32, bf16; cache and computed) "
                         "and RMSNorm [4096, 4096]")
-    p.add_argument("--backend", default="c", choices=("c", "numpy", "cuda"), help="c (default), numpy or cuda")
+    p.add_argument("--backend", default=(bench_targets or (None,))[0], choices=bench_targets,
+                   help=_alternatives(bench_targets))
     p.add_argument("--threads", type=_int_option(1, MAX_THREADS, "threads"), default=None,
                    help=f"threads for the C backend, 1..{MAX_THREADS} (default: all cores)")
     p.add_argument("--shape", action="append", default=None, type=_shape_option,

@@ -29,12 +29,21 @@ class Row:
     status: str = RAN
 
 
+def _rope_storage(o):
+    return o.rotated[0].dtype
+
+
+def _rmsnorm_storage(o):
+    # stage one is rounded back to x's type, so the coarser of x and scale bounds the error
+    return min((o.x.dtype, o.scale.dtype), key=lambda d: d.mantissa_bits)
+
+
+# per operator kind: the dtype whose tolerance bounds the error (not an OpKind field of ropegen.ops yet)
+_STORAGE = {"rope": _rope_storage, "rmsnorm": _rmsnorm_storage}
+
+
 def _storage_dtype(op: Operator):
-    ir_op = op.ir
-    if ir_op.kind == "rmsnorm":
-        # stage one is rounded back to x's type, so the coarser of x and scale bounds the error
-        return min((ir_op.x.dtype, ir_op.scale.dtype), key=lambda d: d.mantissa_bits)
-    return ir_op.rotated[0].dtype
+    return _STORAGE[op.kind](op.ir)
 
 
 def compare(out: np.ndarray, ref: np.ndarray, dtype, magnitude: float) -> tuple[float, float, bool]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ropegen
-from ropegen.bench import harness as B
+from ropegen import bench as B
 from ropegen.backends.c.backend import CBackend
 
 ROOT = Path(__file__).resolve().parent.parent

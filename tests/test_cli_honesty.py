@@ -15,8 +15,8 @@ import pytest
 
 from ropegen import backends, cli
 from ropegen import crosscheck as checker
-from ropegen.bench import harness as B
-from ropegen.bench import cuda as cuda_bench
+from ropegen import bench as B
+from ropegen.backends.cuda import bench as cuda_bench
 from ropegen.backends.base import Backend
 from ropegen.crosscheck import NOT_RUN, Row, check_operator, format_table
 from ropegen.ops.inputs import CASES, case_bytes
