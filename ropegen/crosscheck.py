@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ropegen import backends
+from ropegen import backends, ops
 from ropegen.ops import reference
 from ropegen.api import Operator
 from ropegen.ops.inputs import CASES, case_bytes, make_inputs
@@ -29,21 +29,9 @@ class Row:
     status: str = RAN
 
 
-def _rope_storage(o):
-    return o.rotated[0].dtype
-
-
-def _rmsnorm_storage(o):
-    # stage one is rounded back to x's type, so the coarser of x and scale bounds the error
-    return min((o.x.dtype, o.scale.dtype), key=lambda d: d.mantissa_bits)
-
-
-# per operator kind: the dtype whose tolerance bounds the error (not an OpKind field of ropegen.ops yet)
-_STORAGE = {"rope": _rope_storage, "rmsnorm": _rmsnorm_storage}
-
-
 def _storage_dtype(op: Operator):
-    return _STORAGE[op.kind](op.ir)
+    """The dtype whose tolerance bounds the operator's error (its kind decides)."""
+    return ops.of(op.ir).tolerance_dtype(op.ir)
 
 
 def compare(out: np.ndarray, ref: np.ndarray, dtype, magnitude: float) -> tuple[float, float, bool]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 import types
 
-from ropegen.ops.plan import ExactAngles, GgmlAngles, Plan, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
 from ropegen.backends.base import Backend, Kernel
 from ropegen.lower.strides import token_dims
 
@@ -27,9 +27,6 @@ def block_tokens(plan: RopePlan) -> int:
 NP_TYPES = {"f64": "np.float64", "f32": "np.float32", "f16": "np.float16",
             "i32": "np.int32", "i64": "np.int64", "u32": "np.uint32"}
 
-# angle plan type -> the templates' angles_kind
-_ANGLES_KIND = {ExactAngles: "exact", GgmlAngles: "ggml", TableAnglesPlan: "table"}
-
 
 def rms_context(p: RmsNormPlan) -> dict:
     return dict(
@@ -49,7 +46,7 @@ def rope_context(p: RopePlan) -> dict:
     args: list[str] = [name for name in (pos.ids, p.sequences, pos.pad) if name]
     args += [v for v in (pos.start, pos.first_seqlen) if isinstance(v, str)]
     rotated = [tensors[st.src].real_heads for st in p.streams if st.rotate]
-    kind = _ANGLES_KIND[type(p.angles)]
+    kind = p.angles.kind    # the templates' angles_kind: exact | ggml | table
     return dict(
         tensors=tensors,
         block_tokens=block_tokens(p),

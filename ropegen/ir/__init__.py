@@ -1,8 +1,9 @@
 """Stage 3: the checked operator, as frozen dataclasses and enums (no backend strings here).
 
 The records of rope's scaling forms (NoScaling, LinearScaling, Llama3Scaling, GgmlYarnScaling, and
-their union Scaling) are defined next to their rows in ops/rope/forms.py, so that a new scaling form
-is written in one place; they are reachable here under the same names (`ir.LinearScaling`).
+their union Scaling) are defined next to their rows in ops/rope/forms/scaling.py, so that a new
+scaling form is written in one place; they are reachable here under the same names
+(`ir.LinearScaling`).
 """
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ class TableAngles:
 @dataclass(frozen=True)
 class ComputedAngles:
     base: float
-    scaling: Scaling     # a scaling form's record (ops/rope/forms.py)
+    scaling: Scaling     # a scaling form's record (ops/rope/forms/scaling.py)
     freq_factors: str | None
     magnitude: float
 
@@ -223,7 +224,7 @@ class Spec:
 
 
 def __getattr__(name: str):
-    # the scaling records, loaded on first use: forms.py imports this module
+    # the scaling records, loaded on first use: the forms import this module
     forms = importlib.import_module("ropegen.ops.rope.forms")
     if name in forms.IR_NAMES:
         return getattr(forms, name)

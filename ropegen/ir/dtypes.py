@@ -9,12 +9,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class DType:
-    """One element type, with how every backend spells it and how exactly check compares it."""
+    """One element type: its numeric facts and how exactly check compares it (targets spell it in their
+    own facts modules, backends/<target>/facts.py)."""
 
     name: str            # spelling in .rope specs
     numpy: str           # numpy dtype name (bfloat16 comes from ml_dtypes)
-    c_type: str          # C storage type (f16/bf16 stored as raw uint16_t bits)
-    cuda_type: str       # CUDA storage type
     itemsize: int
     is_float: bool
     mantissa_bits: int   # explicit fraction bits; 0 for integers
@@ -39,14 +38,13 @@ class DType:
 # Tolerances: a few units in the last place of the storage type, because a kernel rounds its
 # inputs' products once in the compute type and once more on the store.
 _ROWS = (
-    DType("f64", "float64", "double", "double", 8, True, 52, 1e-12, 1e-12, 11, "double", (2, 64), "float64"),
-    DType("f32", "float32", "float", "float", 4, True, 23, 2e-6, 2e-6, 1, "float", (2, 32), "float32"),
-    DType("f16", "float16", "uint16_t", "__half", 2, True, 10, 2e-3, 2e-3, 10, "float16", (2, 16), "float16"),
-    DType("bf16", "bfloat16", "uint16_t", "__nv_bfloat16", 2, True, 7, 1.6e-2, 1.6e-2, 16, "bfloat16", (4, 16),
-          "bfloat16"),
-    DType("i32", "int32", "int32_t", "int", 4, False, 0, 0.0, 0.0, 6, "int32", (0, 32), "int32"),
-    DType("i64", "int64", "int64_t", "long long", 8, False, 0, 0.0, 0.0, 7, "int64", (0, 64), "int64"),
-    DType("u32", "uint32", "uint32_t", "unsigned int", 4, False, 0, 0.0, 0.0, 12, "uint32", (1, 32), "uint32"),
+    DType("f64", "float64", 8, True, 52, 1e-12, 1e-12, 11, "double", (2, 64), "float64"),
+    DType("f32", "float32", 4, True, 23, 2e-6, 2e-6, 1, "float", (2, 32), "float32"),
+    DType("f16", "float16", 2, True, 10, 2e-3, 2e-3, 10, "float16", (2, 16), "float16"),
+    DType("bf16", "bfloat16", 2, True, 7, 1.6e-2, 1.6e-2, 16, "bfloat16", (4, 16), "bfloat16"),
+    DType("i32", "int32", 4, False, 0, 0.0, 0.0, 6, "int32", (0, 32), "int32"),
+    DType("i64", "int64", 8, False, 0, 0.0, 0.0, 7, "int64", (0, 64), "int64"),
+    DType("u32", "uint32", 4, False, 0, 0.0, 0.0, 12, "uint32", (1, 32), "uint32"),
 )
 
 DTYPES: dict[str, DType] = {row.name: row for row in _ROWS}

@@ -3,7 +3,8 @@ becomes.
 
 The C header prints it as its ROPEGEN_* enum (templates/c/_status.inc.j2), GPU kernels set the
 nonzero codes as bits of their error word, and the host convention (runtime/host.py) turns a
-code back into the exception `error` builds.
+code back into the exception `error` builds. What a code says about an operator's own arguments
+(positions, sequences) its kind words (OpKind.status_message, in its slice).
 """
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from enum import IntEnum
 from typing import Callable, Mapping
 
 import numpy as np
-
-from ropegen import ir
-from ropegen.lower.strides import tokens_of
 
 
 class Status(IntEnum):
@@ -65,24 +63,11 @@ def error(plan, code: int, shapes: Mapping[str, tuple[int, ...]],
 
 
 def _message(p, code: int, shapes, read, kernel: str) -> str:
-    rope = p.kind == "rope"
-    if rope and code == Status.ESEQUENCES:
-        _, S = tokens_of(p, shapes)
-        return f"{p.sequences}: sequence lengths must be >= 0 and sum to the {S} packed tokens"
-    if rope and code == Status.EPOSITION:
-        table = getattr(p.angles, "cos", None)    # only table angles name a cos input
-        rows = shapes[table][0] if table else 0
-        msg = f"position out of range: the cos/sin tables have {rows} rows"
-        if read is not None:
-            if p.positions.ids and int(np.prod(shapes[p.positions.ids])):
-                ids = read(p.positions.ids)
-                msg += f", positions span [{int(ids.min())}, {int(ids.max())}]"
-            elif p.positions.kind is ir.PositionKind.IN_SEQUENCE:
-                msg += f", the longest sequence has {int(read(p.sequences).max())} tokens"
-        return msg
-    if rope and code == Status.EOVERFLOW:
-        return (f"position arithmetic overflows int64 ({p.positions.kind.value} positions: start, "
-                f"sequence length, pad and first_seqlen must keep every position within int64)")
+    # loaded here: the registry loads the operator slices, whose messages read this module's codes
+    from ropegen import ops
+    said = ops.of(p).status_message(p, code, shapes, read)   # what the operator's kind says of the code
+    if said is not None:
+        return said
     if code == Status.ENOMEM:
         return f"{p.name}: {kernel} could not allocate its scratch memory"
     return f"{p.name}: {kernel} rejected its arguments (status {code})"

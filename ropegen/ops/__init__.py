@@ -1,9 +1,9 @@
 """The operator registry: one OpKind record per operator kind, each naming its vertical slice.
 
 Every stage that depends on what an operator means (checker, planner, float64 reference, test
-inputs, explain) finds the kind's code here, by the `.kind` word that the syntax node, the IR
-operator and the plan all carry, instead of testing types. A new operator kind is a new
-ops/<kind>/ package and one entry in KINDS.
+inputs, explain, the bench's workload, status messages) finds the kind's code here, by the `.kind`
+word that the syntax node, the IR operator and the plan all carry, instead of testing types. A new
+operator kind is a new ops/<kind>/ package and one entry in KINDS.
 """
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ class OpKind:
     symbol_roles: Callable[[Any, dict], None]   # (IR operator, roles) -> adds kind-specific symbol roles
     make_inputs: Callable[..., dict]          # (op, case, rng, sizes, roles) -> arrays
     case_bytes: Callable[[Any, Any, Callable], int]   # (op, case, count(tensor)) -> bytes needed
+    # the operator as a benchmark workload (ops/<kind>/workload.py), read by ropegen.bench
+    bench_inputs: Callable[..., dict]         # (op, sizes, positions 'prefill'|'random', rng) -> arrays
+    output_bytes: Callable[[Any, dict], int]  # (op, symbol sizes) -> bytes its outputs take
+    bytes_moved: Callable[[Any, dict], int]   # (plan, arrays) -> bytes one call reads and writes
+    dtype_label: Callable[[Any], str]         # plan -> the dtype column of a bench result
+    takes_positions: bool                     # a bench result has a positions column (prefill | random)
+    # (plan, status code, input shapes, read(name) | None) -> the message its kind gives the code; None:
+    # lower/status.py's generic one
+    status_message: Callable[..., str | None]
 
 
 def _kinds() -> tuple[OpKind, ...]:

@@ -1,4 +1,4 @@
-"""Random array helpers shared by every kind's test-input maker."""
+"""Random array helpers and shape resolution shared by every kind's input makers (tests and benchmarks)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,3 +16,8 @@ def strided_copy(rng: np.random.Generator, a: np.ndarray) -> np.ndarray:
     big[::2] = a
     big[1::2] = a[::-1] if a.shape[0] else a
     return big[::2]
+
+
+def resolve(t, sizes: dict[str, int]) -> tuple[int, ...]:
+    """The shape of tensor `t` with its symbols sized from `sizes`."""
+    return tuple(sizes[a.size] if isinstance(a.size, str) else int(a.size) for a in t.axes)

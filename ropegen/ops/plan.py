@@ -16,7 +16,7 @@ from ropegen.ops.rmsnorm.plan import RmsNormPlan
 from ropegen.ops.rope.angles import (AnglesPlan, ExactAngles, GgmlAngles, TableAnglesPlan,  # noqa: F401
                                      _ggml_mscale, base_inv_freq, ggml_corr_dims, ggml_ramp,
                                      ggml_theta_scale)
-from ropegen.ops.rope.forms import _llama3_frequencies
+from ropegen.ops.rope.forms.scaling import _llama3_frequencies
 from ropegen.ops.rope.plan import (PairBlock, RopePlan, StreamPlan, block_blocks,  # noqa: F401
                                    full_width_blocks, gptj_blocks, neox_blocks)
 
@@ -37,5 +37,5 @@ def plan_operator(op: ir.Operator, sha: str) -> Plan:
 
 
 def llama3_inv_freq(inv, s: ir.Llama3Scaling):
-    """Llama-3.1 wavelength bands in exact arithmetic (the llama3 row of ops/rope/forms.py)."""
+    """Llama-3.1 wavelength bands in exact arithmetic (the llama3 row of ops/rope/forms/scaling.py)."""
     return _llama3_frequencies(inv, s, 0, 0.0)[0]

@@ -10,7 +10,7 @@ import numpy as np
 
 from ropegen import ir, ops
 from ropegen.ops.rope.reference import (INT64_MAX, INT64_MIN, _canonical, _corr_dims,  # noqa: F401
-                                        _from_canonical, _ggml_cos_sin, by_token, full_width_table,
+                                        _from_canonical, _ggml_cos_sin, by_token, cos_sin_at, full_width_table,
                                         inverse_frequencies, pair_list, position_streams)
 
 

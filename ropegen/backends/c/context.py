@@ -81,11 +81,11 @@ def _table(p: RopePlan, a: TableAnglesPlan, arith: str, params: list[Param]) -> 
                 table_by_position=not a.per_token)
 
 
-# angle plan type -> (the templates' angles_kind, its values; freq_factors divide in this type)
-_ANGLES: dict[type, tuple[str, Callable[..., dict[str, Any]], str]] = {
-    ExactAngles: ("exact", _exact, "f64"),
-    GgmlAngles: ("ggml", _ggml, "f32"),
-    TableAnglesPlan: ("table", _table, ""),
+# planned angles' kind (the templates' angles_kind) -> (its values; freq_factors divide in this type)
+_ANGLES: dict[str, tuple[Callable[..., dict[str, Any]], str]] = {
+    "exact": (_exact, "f64"),
+    "ggml": (_ggml, "f32"),
+    "table": (_table, ""),
 }
 
 
@@ -106,7 +106,8 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
 
     pos = p.positions
     per_token = sum(t.real_heads * p.head_dim * t.dtype.itemsize for t in (tensors[s.src] for s in p.streams))
-    kind, angles, ff_arith = _ANGLES[type(p.angles)]
+    kind = p.angles.kind
+    angles, ff_arith = _ANGLES[kind]
     ff = getattr(p.angles, "freq_factors", None)
     ctx: dict[str, Any] = dict(
         fn=function_name(p), guard=p.name.upper(), params=params, flags=cbuild.PINNED_FLAGS,

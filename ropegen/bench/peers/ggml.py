@@ -10,20 +10,27 @@ import numpy as np
 from ropegen import ir
 from ropegen.api import Operator
 from ropegen.bench.harness import interleaved, stats
-from ropegen.ops.plan import ExactAngles, GgmlAngles, RopePlan, TableAnglesPlan
+from ropegen.ops.rope import forms
+
+# operator kind -> the ggml op this peer runs it as
+GGML_OPS = {"rope": "ggml_rope_ext"}
+
+# ggml_rope_ext's parameters where a scaling form sets none (forms.ScalingForm.llama_cpp)
+_GGML_DEFAULTS = dict(freq_scale=1.0, ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0,
+                      n_ctx_orig=4096)
 
 
 def rope_setup(op: Operator, arrays: dict[str, np.ndarray]) -> dict[str, Any] | str:
     """ggml_rope_ext's arguments for a RoPE operator (rotated tensors as [tokens, heads, head_dim], ggml
     ne = {head_dim, heads, tokens}; int32 positions; angle parameters), or the reason it has no ggml form."""
     p, o = op.plan, op.ir
-    if not isinstance(p, RopePlan):
+    if op.kind not in GGML_OPS:
         return "the ggml peer measures RoPE only (ggml_rope_ext)"
-    if isinstance(p.angles, TableAnglesPlan):
+    if forms.angles_of(o.angles).tables:
         return "ggml_rope_ext computes its angles: a cos/sin table has no ggml form"
     if o.pairing.kind not in (ir.PairKind.NEOX, ir.PairKind.GPTJ):
         return f"pairing {o.pairing.kind.value} has no ggml_rope_ext mode"
-    if o.positions.kind is not ir.PositionKind.IDS:
+    if not forms.position_of(o.positions).takes_ids:
         return f"positions {o.positions.kind.value} have no ggml form (ggml_rope_ext takes position ids)"
     if any(not s.rotate for s in p.streams):
         return "copy outputs have no ggml_rope_ext form"
@@ -53,33 +60,24 @@ def rope_setup(op: Operator, arrays: dict[str, np.ndarray]) -> dict[str, Any] | 
     if a.freq_factors is not None:
         ff = np.asarray(arrays[a.freq_factors], dtype=np.float64).reshape(-1)[:half]
     s = a.scaling
-    n_ctx_orig = s.original_max_positions if isinstance(s, ir.Llama3Scaling) else 4096
-    fs, ext, attn, beta_fast, beta_slow = 1.0, 0.0, 1.0, 32.0, 1.0
-    how = []
-    if isinstance(p.angles, GgmlAngles):
-        if isinstance(s, ir.GgmlYarnScaling):
-            fs, ext, attn = s.freq_scale, s.ext_factor, s.attn_factor
-            beta_fast, beta_slow, n_ctx_orig = s.beta_fast, s.beta_slow, s.n_ctx_orig
-            how.append("YaRN parameters of the spec")
-        attn *= a.magnitude
+    ggml_numerics = p.angles.kind == "ggml"
+    given, said = forms.scaling_of(s).llama_cpp(s, ggml_numerics)
+    k = dict(_GGML_DEFAULTS, **given)
+    how = [said] if said else []
+    if ggml_numerics:
+        k["attn_factor"] *= a.magnitude
         how.append("the spec's ggml numerics")
     else:
         # exact angles: frequencies beyond base^(-2c/n_dims) become freq_factors (theta / ff), as llama.cpp
         # passes Llama-3 scaling (rope_freqs: 1, factor, or 1 / ((1 - smooth) / factor + smooth))
-        assert isinstance(p.angles, ExactAngles)
         from ropegen.exact import f64
         from ropegen.ops.plan import base_inv_freq
-        if isinstance(s, ir.LinearScaling):     # llama.cpp: freq_scale = 1 / factor
-            fs = 1.0 / s.factor
-            how.append(f"freq_scale = 1/{s.factor:g}")
         base_inv = np.array([f64(f) for f in base_inv_freq(a.base, p.rotary_dim, half)])
-        derived = fs * base_inv / np.asarray(p.angles.inv_freq, dtype=np.float64)
+        derived = k["freq_scale"] * base_inv / np.asarray(p.angles.inv_freq, dtype=np.float64)
         if not np.allclose(derived, 1.0, rtol=1e-12, atol=0.0):
             ff = derived if ff is None else derived * ff
-            kind = {ir.LinearScaling: "linear", ir.Llama3Scaling: "llama3",
-                    ir.GgmlYarnScaling: "ggml_yarn"}.get(type(s), type(s).__name__)
-            how.append(f"freq_factors from the {kind} scaling (as llama.cpp's rope_freqs)")
-        attn = p.angles.magnitude
+            how.append(f"freq_factors from the {forms.scaling_of(s).word} scaling (as llama.cpp's rope_freqs)")
+        k["attn_factor"] = p.angles.magnitude
         how.append("ggml's float32 angle numerics (the spec asks exact)")
     if a.freq_factors is not None:
         how.append(f"the spec's freq_factors {a.freq_factors}")
@@ -90,10 +88,10 @@ def rope_setup(op: Operator, arrays: dict[str, np.ndarray]) -> dict[str, Any] | 
             f"{p.storage.name}, int32 positions; " + ", ".join(how))
     return {"streams": streams, "positions": np.ascontiguousarray(ids.reshape(-1), dtype=np.int32),
             "freq_factors": None if ff is None else np.ascontiguousarray(ff, dtype=np.float32),
-            "type": p.storage.name, "mode": mode, "n_dims": p.rotary_dim, "n_ctx_orig": int(n_ctx_orig),
-            "freq_base": float(a.base), "freq_scale": float(fs), "ext_factor": float(ext),
-            "attn_factor": float(attn), "beta_fast": float(beta_fast), "beta_slow": float(beta_slow),
-            "backward": backward, "note": note}
+            "type": p.storage.name, "mode": mode, "n_dims": p.rotary_dim, "n_ctx_orig": int(k["n_ctx_orig"]),
+            "freq_base": float(a.base), "freq_scale": float(k["freq_scale"]), "ext_factor": float(k["ext_factor"]),
+            "attn_factor": float(k["attn_factor"]), "beta_fast": float(k["beta_fast"]),
+            "beta_slow": float(k["beta_slow"]), "backward": backward, "note": note}
 
 
 class GgmlRopeGraph:

@@ -9,7 +9,7 @@ import numpy as np
 from ropegen import ir
 from ropegen.api import Operator
 from ropegen.bench.harness import interleaved, stats
-from ropegen.ops.plan import ExactAngles, GgmlAngles, TableAnglesPlan
+from ropegen.ops.rope import forms
 
 
 def _onnx_rope_layout(o: ir.RopeOp, name: str) -> tuple[str, int] | None:
@@ -45,37 +45,28 @@ def _rope_nodes(helper, op: Operator, arrays: dict[str, np.ndarray]):
         return f"pairing {o.pairing.kind.value} has no ONNX RotaryEmbedding form"
     if o.direction is ir.Direction.BACKWARD:
         return "ONNX RotaryEmbedding rotates forward only"
-    if o.positions.kind not in (ir.PositionKind.IDS, ir.PositionKind.TOKEN):
+    position = forms.position_of(o.positions)
+    if not (position.takes_ids or position.per_token):
         return f"positions {o.positions.kind.value} have no ONNX form"
     if any(not s.rotate for s in p.streams):
         return "copy outputs have no ONNX RotaryEmbedding form"
     half = p.rotary_dim // 2
-    if isinstance(p.angles, TableAnglesPlan):
+    if forms.angles_of(o.angles).tables:
         cos = np.ascontiguousarray(arrays[p.angles.cos][..., :half])
         sin = np.ascontiguousarray(arrays[p.angles.sin][..., :half])
     else:   # computed in the kernel: onnxruntime gets the equivalent float32 cache instead
-        from ropegen.ops.reference import _ggml_cos_sin, inverse_frequencies
+        from ropegen.ops.reference import cos_sin_at
+        if p.angles.freq_factors:
+            return "freq_factors have no ONNX form"
         ids = arrays[o.positions.ids]
         rows = int(ids.max()) + 1 if ids.size else 1
-        prow = np.arange(rows)
-        if isinstance(p.angles, GgmlAngles):
-            if p.angles.freq_factors:
-                return "freq_factors have no ONNX form"
-            c, s_ = _ggml_cos_sin(o, prow, half, None)
-        else:
-            assert isinstance(p.angles, ExactAngles)
-            if p.angles.freq_factors:
-                return "freq_factors have no ONNX form"
-            inv, mag = inverse_frequencies(o, half)
-            th = prow[:, None] * inv
-            c, s_ = np.cos(th) * mag, np.sin(th) * mag
-        cos, sin = c, s_
+        cos, sin = cos_sin_at(o, np.arange(rows), half)
     x0 = arrays[p.streams[0].src]
     cos = cos.astype(x0.dtype)
     sin = sin.astype(x0.dtype)
     feeds["cos_cache"], feeds["sin_cache"] = cos, sin
     pos_name = ""
-    if o.positions.kind is ir.PositionKind.IDS:
+    if position.takes_ids:
         ids = arrays[o.positions.ids].astype(np.int64)
         batch = 1 if p.token_layout == "t" else ids.shape[0]
         feeds["position_ids"] = ids.reshape(batch, -1)

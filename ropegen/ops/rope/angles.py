@@ -1,8 +1,8 @@
 """The planned angles of a rope operator: cos/sin tables, or frequencies computed once here (exact
 float64 constants, or ggml's float32 numerics), every constant correctly rounded (ropegen/exact.py).
 
-Which scaling form changes the frequencies, and how, is its row in forms.py; this module holds the
-plan records and the arithmetic every form shares.
+Which scaling form changes the frequencies, and how, is its row in forms/scaling.py; this module
+holds the plan records and the arithmetic every form shares.
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _ggml_mscale(attn: float, freq_scale: float, yarn: bool) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# the two angle forms' plans (forms.py names them in its rows)
+# the two angle forms' plans (forms/angle.py names them in its rows)
 
 def plan_table(op: ir.RopeOp, n_cols: int, per_token: bool) -> TableAnglesPlan:
     a = op.angles

@@ -1,5 +1,5 @@
 """Syntax -> IR for `rope`: outputs, rotated tensors, pairing, rotary_dim, sequences, and the
-settings whose forms are rows of forms.py (positions, angles and their scaling)."""
+settings whose forms are rows of forms/ (positions, angles and their scaling)."""
 from __future__ import annotations
 
 from ropegen import ir

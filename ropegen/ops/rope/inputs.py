@@ -1,5 +1,5 @@
 """Random valid rope inputs: token counts, sequence lengths, positions in range of the tables, and
-what each position form draws (named by its row in forms.py: `inputs`)."""
+what each position form draws (named by its row in forms/position.py: `inputs`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,10 +15,9 @@ def symbol_roles(op: ir.RopeOp, roles: dict[str, str]) -> None:
         for d in t.dims:
             if isinstance(d.size, str) and d.role is not None:
                 roles.setdefault(d.size, d.role.value)
-    if forms.angles_of(op.angles).tables and not forms.position_of(op.positions).per_token:
-        lead = op.tensor(op.angles.cos).axes[0].size
-        if isinstance(lead, str):
-            roles.setdefault(lead, "rows")
+    lead = table_lead(op)
+    if isinstance(lead, str):
+        roles.setdefault(lead, "rows")
     if op.sequences:
         s = op.tensor(op.sequences).axes[0].size
         if isinstance(s, str):
@@ -35,6 +34,23 @@ def case_bytes(op: ir.RopeOp, case, count) -> int:
         t = op.tensor(o.source)
         total += count(t) * (t.dtype.itemsize + 4 * 8)
     return total
+
+
+def batch_seq(op: ir.RopeOp, sizes: dict[str, int]) -> tuple[int, int]:
+    """B and S of the rotated tensors' token dims at `sizes` (packed tokens are one batch row)."""
+    first = op.rotated[0]
+    if first.role_dim(ir.Role.TOKENS) is not None:
+        d = first.role_dim(ir.Role.TOKENS).size
+        return 1, sizes[d] if isinstance(d, str) else d
+    b, s = first.role_dim(ir.Role.BATCH).size, first.role_dim(ir.Role.SEQ).size
+    return (sizes[b] if isinstance(b, str) else b), (sizes[s] if isinstance(s, str) else s)
+
+
+def table_lead(op: ir.RopeOp) -> ir.Size | None:
+    """The size of the cos/sin tables' row axis when their rows are positions, else None."""
+    if forms.angles_of(op.angles).tables and not forms.position_of(op.positions).per_token:
+        return op.tensor(op.angles.cos).axes[0].size
+    return None
 
 
 def draw_ids(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: dict, table_rows: int | None) -> int:
@@ -82,14 +98,7 @@ def _offsets(op: ir.RopeOp, rng, B: int, S: int, arrays: dict, start: int, first
 
 def make_inputs(op: ir.RopeOp, case, rng: np.random.Generator, sizes: dict[str, int],
                 roles: dict[str, str]) -> dict[str, np.ndarray]:
-    first = op.rotated[0]
-    if first.role_dim(ir.Role.TOKENS) is not None:
-        B, S = 1, sizes[first.role_dim(ir.Role.TOKENS).size] if isinstance(
-            first.role_dim(ir.Role.TOKENS).size, str) else first.role_dim(ir.Role.TOKENS).size
-    else:
-        bd, sd = first.role_dim(ir.Role.BATCH), first.role_dim(ir.Role.SEQ)
-        B = sizes[bd.size] if isinstance(bd.size, str) else bd.size
-        S = sizes[sd.size] if isinstance(sd.size, str) else sd.size
+    B, S = batch_seq(op, sizes)
     arrays: dict[str, np.ndarray] = {}
     max_rows_needed = 1
     if op.sequences:
@@ -101,10 +110,8 @@ def make_inputs(op: ir.RopeOp, case, rng: np.random.Generator, sizes: dict[str, 
         max_rows_needed = max(1, int(lens.max()) if lens.size else 1)
     angles = forms.angles_of(op.angles)
     position = forms.position_of(op.positions)
-    table_rows = None   # a fixed row count of the cos/sin tables bounds the positions drawn
-    if angles.tables and not position.per_token:
-        lead = op.tensor(op.angles.cos).axes[0].size
-        table_rows = lead if isinstance(lead, int) else None
+    lead = table_lead(op)
+    table_rows = lead if isinstance(lead, int) else None  # a fixed row count bounds the positions drawn
     if position.inputs is not None:
         max_rows_needed = globals()[position.inputs](op, case, rng, B, S, sizes, arrays, table_rows)
     for sym, role in roles.items():

@@ -2,7 +2,7 @@
 
 It reads the checked IR, never the plan or a template: pair maps, positions and frequencies are
 derived again here, element by element, so that a planning or template bug cannot hide on both
-sides of a comparison. Each form of forms.py names its formula here (`reference` in its row).
+sides of a comparison. Each form of forms/ names its formula here (`reference` in its row).
 """
 from __future__ import annotations
 
@@ -306,6 +306,12 @@ def computed_cos_sin(op: ir.RopeOp, arrays, streams, B: int, S: int, head_dim: i
     ff = None if a.freq_factors is None else np.asarray(arrays[a.freq_factors]).astype(np.float64)
     numerics = _formula(forms.numerics_of(op.numerics).reference)
     return [numerics(op, p, n, ff) for p in streams], head_dim
+
+
+def cos_sin_at(op: ir.RopeOp, p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin of computed angles at positions `p` (columns < n, no freq_factors) in the operator's
+    angle numerics: the cos/sin cache a peer that takes tables is given."""
+    return _formula(forms.numerics_of(op.numerics).reference)(op, p, n, None)
 
 
 def exact_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ from ropegen.spec.limits import MAX_TABLE_WIDTH
 
 
 def check_table_angles(cx, v, args, first, pairing, rotary_dim, position, head_dim) -> ir.TableAngles:
-    """The `table` angle form (its row in forms.py): two different inputs of a valid table shape.
+    """The `table` angle form (its row in forms/angle.py): two different inputs of a valid table shape.
     `position` is the row of the operator's position form."""
     cos = cx.ref(args["cos"], "cos")
     sin = cx.ref(args["sin"], "sin")
