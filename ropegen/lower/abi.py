@@ -1,7 +1,7 @@
 """The one kernel-parameter model of every compiled target: each parameter of a generated kernel and
 what the host passes for it.
 
-A target builds its parameter list once per plan (backends/c/abi.py, backends/cuda/plan.py); the
+A target builds its parameter list once per plan (backends/c/abi.py; lower/gpu/abi.py for every GPU target); the
 list drives both the printed signature (the target spells `dtype`/`const`/`bits` in its own
 language) and the host's argument values (runtime/host.py fills each from `source`). A parameter's
 `source` is one of:

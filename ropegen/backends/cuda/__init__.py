@@ -1,18 +1,31 @@
 """The CUDA target: CUDA C++ kernels compiled with NVRTC and launched through CuPy.
 
-facts.py (how CUDA spells types and intrinsics), abi.py (kernel parameter lists), config.py (what
-the templates print), backend.py (the Backend class and builds), runner.py (binding and calling),
-launch.py (CuPy), nvrtc.py (the pip wheel's compiler); GPU tiling and launch shapes are
-lower/gpu.py's, device arrays runtime/arrays.py's. The names below are the target's surface for
-tests and tools.
+facts.py (how CUDA spells types, literals, intrinsics and parameter types), backend.py (the Backend
+class, the compiled-module cache and the launch call), memory.py (CuPy / PyTorch memory and
+streams), nvrtc.py (the pip wheel's compiler), bench.py (its timings). Everything else a GPU target
+needs is shared: lower/gpu (tiling, launch shapes, parameter lists, render config),
+runtime/gpu_call.py (the runners), runtime/arrays.py (device arrays). The names below are the
+target's surface for tests and tools.
 """
+from ropegen.backends.cuda import facts
 from ropegen.backends.cuda.backend import CudaBackend, _Module, unavailable  # tests patch _Module.get
-from ropegen.backends.cuda.config import ERR_POSITION, ERR_SEQUENCES, RmsCfg, RopeCfg, rms_cfg, rope_cfg
-from ropegen.backends.cuda.runner import rope_bind, tokens_of
-from ropegen.lower.gpu import VECTOR_BYTES, element_map, expand, rms_launch, rope_launch, rope_vector_ok
+from ropegen.lower import gpu
+from ropegen.lower.gpu import (ERR_POSITION, ERR_SEQUENCES, VECTOR_BYTES, RmsCfg, RopeCfg, element_map, expand,
+                               rms_launch, rope_launch, rope_vector_ok)
 from ropegen.lower.strides import canonical_strides
 from ropegen.runtime.arrays import as_array, from_dlpack_capsule
+from ropegen.runtime.gpu_call import rope_bind, tokens_of
 from ropegen.runtime.host import validate
+
+
+def rope_cfg(plan) -> RopeCfg:
+    """The CUDA render configuration of a RoPE plan (its parameters spelled by facts.py)."""
+    return gpu.rope_cfg(plan, facts.Param)
+
+
+def rms_cfg(plan) -> RmsCfg:
+    """The CUDA render configuration of an RMSNorm plan."""
+    return gpu.rms_cfg(plan, facts.Param)
 
 __all__ = ["ERR_POSITION", "ERR_SEQUENCES", "VECTOR_BYTES", "CudaBackend", "RmsCfg", "RopeCfg", "_Module",
            "as_array", "canonical_strides", "element_map", "expand", "from_dlpack_capsule", "rms_cfg",

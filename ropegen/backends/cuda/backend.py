@@ -1,8 +1,10 @@
 """The CUDA backend: one .cu file per operator (templates/cuda), compiled for the current device
 and run through CuPy.
 
-The Backend class renders (config.py decides what the templates print, facts.py how CUDA spells
-it); `_Module` builds, the runners (runner.py) call. CuPy is imported only when an operator runs.
+The Backend class renders (lower/gpu decides what the templates print, facts.py how CUDA spells
+it); `_Module` compiles and caches, `_launcher` makes the launch call, and runtime/gpu_call.py's
+runners do the rest of a call on memory.py's DeviceMemory. CuPy is imported only when an operator
+runs.
 """
 from __future__ import annotations
 
@@ -11,12 +13,17 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
+
 from ropegen.backends.base import Backend, Kernel
 from ropegen.backends.cuda import facts, nvrtc
-from ropegen.backends.cuda.config import rms_cfg, rope_cfg
-from ropegen.backends.cuda.runner import RmsRunner, RopeRunner
-from ropegen.ops.plan import Plan, RopePlan
-from ropegen.runtime import cache
+from ropegen.backends.cuda.memory import DeviceMemory
+from ropegen.lower.abi import Param
+from ropegen.lower.gpu import CONFIGS, Launch
+from ropegen.ops.plan import Plan
+from ropegen.runtime import cache, gpu_call
+
+KERNEL = "the CUDA kernel"    # how status messages name it
 
 
 class CudaBackend(Backend):
@@ -26,17 +33,35 @@ class CudaBackend(Backend):
     reserved = facts.RESERVED
 
     def config(self, plan: Plan):
-        return rope_cfg(plan) if isinstance(plan, RopePlan) else rms_cfg(plan)
+        return CONFIGS[plan.kind](plan, facts.Param)
 
     def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
-        return {f"{plan.name}.cu": self.render_file(plan, "cu", spec_file, c=self.config(plan), cuda=facts)}
+        return {f"{plan.name}.cu": self.render_file(plan, "cu", spec_file, c=self.config(plan), cuda=facts,
+                                                       lang=facts)}
 
     def unavailable(self) -> str | None:
         return unavailable()
 
     def load(self, plan: Plan, sources: dict[str, str]) -> Kernel:
-        runner = RopeRunner if isinstance(plan, RopePlan) else RmsRunner
-        return runner(plan, self.config(plan), sources[f"{plan.name}.cu"], f"{plan.name}.cu", _Module)
+        name = f"{plan.name}.cu"
+        return gpu_call.runner(plan, self.config(plan), DeviceMemory, _launcher(sources[name], name), KERNEL)
+
+
+def _arg(prm: Param, value: int):
+    """A kernel argument for CuPy: pointers as uint64, integers at their width."""
+    if prm.is_pointer:
+        return np.uint64(value)
+    return np.int32(value) if prm.bits == 32 else np.int64(value)
+
+
+def _launcher(source: str, name: str):
+    """The launch call of one .cu: its kernel `k` on the call's stream (compiled on first use)."""
+
+    def launch(mem: DeviceMemory, k, shape: Launch, values: list) -> None:
+        kernel = _Module.get(source, name).get_function(k.name)
+        with mem.stream:
+            kernel(shape.grid, shape.block, tuple(_arg(prm, v) for prm, v in zip(k.params, values)))
+    return launch
 
 
 def unavailable() -> str | None:

@@ -17,7 +17,6 @@ import numpy as np
 
 from ropegen.bench.peers import torch as torch_peers
 from ropegen.ir.dtypes import DTYPES
-from ropegen.ops.plan import ExactAngles, RopePlan, TableAnglesPlan
 
 WARMUP = 10
 INNER = 10
@@ -64,7 +63,7 @@ def _rope_inputs(op, tokens: int, hq: int, hk: int, d: int, dtype: str):
     """Device inputs for a llama-style operator (q, k, positions[, cos, sin]) at the given shape,
     or None when the operator's declared shape is not of that form."""
     p = op.plan
-    if not isinstance(p, RopePlan) or p.token_layout != "t" or p.head_dim != d:
+    if p.token_layout != "t" or p.head_dim != d:
         return None
     heads = [t.real_heads for t in p.inputs if t.heads is not None]
     if heads != [hq, hk][:len(heads)] or p.storage.name != dtype:
@@ -78,7 +77,7 @@ def _rope_inputs(op, tokens: int, hq: int, hk: int, d: int, dtype: str):
             arrays.append(a.astype(np_dt))
         elif p.positions.ids == t.name:
             arrays.append(np.arange(tokens, dtype=t.dtype.np_dtype))
-        elif isinstance(p.angles, TableAnglesPlan) and t.name in (p.angles.cos, p.angles.sin):
+        elif p.angles.kind == "table" and t.name in (p.angles.cos, p.angles.sin):
             rows = max(tokens, 1)
             ang = np.arange(rows)[:, None] * (10000.0 ** (-np.arange(p.angles.width) * 2.0 / d))   # [rows, width]
             f = np.cos if t.name == p.angles.cos else np.sin
@@ -88,6 +87,9 @@ def _rope_inputs(op, tokens: int, hq: int, hk: int, d: int, dtype: str):
     # upload once (bfloat16 as raw bits: the backend reads the bits)
     dev = [_to_device(a) for a in arrays]
     return None if any(d is None for d in dev) else dev
+
+
+_DEVICE_INPUTS = {"rope": _rope_inputs}
 
 
 def _to_device(a: np.ndarray):
@@ -213,10 +215,11 @@ def bench_cuda(ops: Iterable, shapes=None, repeats: int = 100) -> list[dict]:
                             ratio=1.0, **shape))
         base = 10000.0
         for op in ops:
-            inputs = _rope_inputs(op, tokens, hq, hk, d, dtype)
+            make = _DEVICE_INPUTS.get(op.kind)   # the CUDA bench times RoPE operators only
+            inputs = make(op, tokens, hq, hk, d, dtype) if make else None
             if inputs is None:
                 continue
-            if isinstance(op.plan.angles, ExactAngles):
+            if op.plan.angles.kind == "exact":
                 base = 1.0 / op.plan.angles.inv_freq[1] ** (d / 2.0) if len(op.plan.angles.inv_freq) > 1 else base
             kernel = op.kernel("cuda")
             ms = time_gpu(lambda: kernel(*inputs, check=False), repeats)

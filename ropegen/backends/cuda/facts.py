@@ -1,12 +1,14 @@
-"""CUDA C++ language facts: how CUDA spells each dtype, its correctly rounded intrinsics, its sincos
-functions and its reserved words.
+"""CUDA C++ language facts: how CUDA spells each dtype, float literal, correctly rounded intrinsic,
+sincos function and kernel parameter type, and its reserved words.
 
-Tables only, keyed by ropegen's own words (dtype names, integer widths, the trig mode); the CUDA
+Tables keyed by ropegen's own words (dtype names, integer widths, the trig mode); the CUDA
 templates look them up (template global `cuda`) and no Python module spells CUDA source.
 """
 from __future__ import annotations
 
 from ropegen.ir.dtypes import DTYPES
+from ropegen.lower import abi
+from ropegen.render import c_double, c_float
 
 # The CUDA type of each dtype (f16 / bf16 as the cuda_fp16.h / cuda_bf16.h types).
 TYPES = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
@@ -15,12 +17,32 @@ TYPES = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat1
 # Integers passed by value, by width.
 INTS = {32: "int", 64: "long long"}
 
+# The words of the shared SIMT templates (templates/gpu, template global `lang`, with the tables
+# above and below): the 64-bit index type and its literal suffix, a compile-time int, block-shared
+# memory, the address space of device pointers (none in CUDA), the atomic OR of the error word,
+# how a call passes an out argument (C++ references), thread and block indices, and the template
+# of macros spelling the parameterised words.
+I64 = INTS[64]
+I64_SUFFIX = "LL"
+CONST_INT = "constexpr int"
+SHARED = "__shared__"
+GLOBAL = ""
+ATOMIC_OR = "atomicOr"
+OUT_ARG = ""
+GROUP_ID = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+NUM_GROUPS = ("gridDim.x", "gridDim.y", "gridDim.z")
+LOCAL_ID = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+SIMT = "cuda/_simt.cu.j2"
+
 # Correctly rounded, never contracted arithmetic of each floating arithmetic type.
 MUL = {"f64": "__dmul_rn", "f32": "__fmul_rn"}
 ADD = {"f64": "__dadd_rn", "f32": "__fadd_rn"}
 SUB = {"f64": "__dsub_rn", "f32": "__fsub_rn"}
 DIV = {"f64": "__ddiv_rn", "f32": "__fdiv_rn"}
 SQRT = {"f64": "__dsqrt_rn", "f32": "__fsqrt_rn"}
+
+# A float literal of each arithmetic type that reads back exactly.
+LITERAL = {"f64": c_double, "f32": c_float}
 
 # float sincos by trig mode (the spec's `trig fast` opts into the intrinsic).
 SINCOSF = {"accurate": "sincosf", "fast": "__sincosf"}
@@ -32,6 +54,15 @@ def param_type(dtype_name: str | None, const: bool, bits: int) -> str:
     if dtype_name is None:
         return INTS[bits]
     return ("const " if const else "") + TYPES[dtype_name] + "*"
+
+
+class Param(abi.Param):
+    """lower/abi.Param with its type as a CUDA signature spells it (the GPU parameter lists of
+    lower/gpu/abi.py are built of these)."""
+
+    @property
+    def ctype(self) -> str:
+        return param_type(self.dtype.name if self.dtype else None, self.const, self.bits)
 
 
 # Words a tensor name may not be (it becomes a kernel parameter): C's keywords and fixed-width

@@ -1,8 +1,10 @@
-"""The CUDA render configuration: what the CUDA templates print for one plan, as ropegen words.
+"""The render configuration of every GPU target: what a GPU kernel template prints for one plan,
+in ropegen's words.
 
-Everything here is an identifier, an enum, a dtype name or a number (the tiling and launch shapes
-come from lower/gpu.py, the parameter lists from backends/cuda/abi.py); the templates spell the
-CUDA source, looking types and intrinsics up in backends/cuda/facts.py (template global `cuda`).
+Everything here is an identifier, an enum, a dtype name or a number (tiling and launch shapes from
+lower/gpu/tiles.py and launch.py, parameter lists from lower/gpu/abi.py); a target's templates spell
+the source, looking types and intrinsics up in its own facts (backends/cuda/facts.py), and the
+target passes the Param class that spells a parameter's type.
 """
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ropegen.backends.cuda.abi import rms_params, rope_params
-from ropegen.lower import gpu
-from ropegen.lower.gpu import HeadStream, RmsKernel, RopeKernel
+from ropegen.lower.abi import Param
+from ropegen.lower.gpu import launch as gpu
+from ropegen.lower.gpu.abi import rms_params, rope_params
+from ropegen.lower.gpu.launch import HeadStream, RmsKernel, RopeKernel
 from ropegen.lower.status import Status
-from ropegen.ops.plan import ExactAngles, RmsNormPlan, RopePlan, TableAnglesPlan
-from ropegen.render import c_double, c_float
+from ropegen.ops.plan import RmsNormPlan, RopePlan
 
 # The error-word bits the kernels set (lower/status.py's table).
 ERR_POSITION = int(Status.EPOSITION)
@@ -101,15 +103,22 @@ class RopeCfg:
     err_sequences = ERR_SEQUENCES
 
 
+# The planned float constants each angle mode's template macros print (the template formats them).
+CONSTS = {
+    AngleMode.TABLE: lambda a: {},
+    AngleMode.EXACT: lambda a: {"inv_freq": a.inv_freq, "magnitude": a.magnitude,
+                                "magnitude_f": float(np.float32(a.magnitude)), "two_pi": TWO_PI,
+                                "inv_two_pi": INV_TWO_PI},
+    AngleMode.GGML: lambda a: {"theta_scale": a.theta_scale, "freq_scale": a.freq_scale, "mscale": a.mscale,
+                               "ramp": a.ramp, "one_minus_ramp": a.one_minus_ramp, "inv_two_pi": INV_TWO_PI},
+}
+
+
 def angle_mode(p: RopePlan) -> AngleMode:
-    if isinstance(p.angles, TableAnglesPlan):
-        return AngleMode.TABLE
-    if isinstance(p.angles, ExactAngles):
-        return AngleMode.EXACT
-    return AngleMode.GGML
+    return AngleMode(p.angles.kind)   # the angle plan's own word
 
 
-def rope_cfg(p: RopePlan) -> RopeCfg:
+def rope_cfg(p: RopePlan, param: type[Param] = Param) -> RopeCfg:
     acc = "f64" if p.compute.name == "f64" else "f32"
     mode = angle_mode(p)
     if mode is not AngleMode.TABLE:
@@ -121,15 +130,8 @@ def rope_cfg(p: RopePlan) -> RopeCfg:
         sincos = SinCos.DOUBLE
     else:
         sincos = SinCos.FAST if p.trig_fast else SinCos.ACCURATE
-    consts: dict = {}
-    if mode is AngleMode.EXACT:
-        consts = {"inv_freq": p.angles.inv_freq, "magnitude": p.angles.magnitude,
-                  "magnitude_f": float(np.float32(p.angles.magnitude)), "two_pi": TWO_PI, "inv_two_pi": INV_TWO_PI}
-    elif mode is AngleMode.GGML:
-        a = p.angles
-        consts = {"theta_scale": a.theta_scale, "freq_scale": a.freq_scale, "mscale": a.mscale,
-                  "ramp": a.ramp, "one_minus_ramp": a.one_minus_ramp, "inv_two_pi": INV_TWO_PI}
-    vec, scal = gpu.rope_kernels(p, rope_params(p, streams, False), rope_params(p, streams, True))
+    consts = CONSTS[mode](p.angles)
+    vec, scal = gpu.rope_kernels(p, rope_params(p, streams, False, param), rope_params(p, streams, True, param))
     return RopeCfg(
         plan=p, storage=p.storage.name, acc=acc,
         round_storage=p.compute_storage_rounding and p.storage.name in ("f16", "bf16"),
@@ -148,7 +150,7 @@ class RmsCfg:
     y: str
     stash: str             # stage one's arithmetic
     product: str           # the scale multiply's arithmetic
-    epsilon: str           # epsilon as a literal of the stash type
+    epsilon: float         # epsilon rounded to the stash type (the template spells it)
     scale_direct: bool     # scale index = element index (no broadcasting)
     scale_dims: tuple[tuple[int, int], ...]   # (size, stride) innermost first, for broadcasting
     vec: RmsKernel
@@ -159,14 +161,17 @@ class RmsCfg:
         return (self.vec, self.scalar)
 
 
-def rms_cfg(p: RmsNormPlan) -> RmsCfg:
+def rms_cfg(p: RmsNormPlan, param: type[Param] = Param) -> RmsCfg:
     stash = p.stash.name
     direct = tuple(p.padded_scale_shape) == tuple(p.norm_shape)
     dims = tuple((n, s) for n, s in zip(reversed(p.norm_shape), reversed(p.scale_strides)))
-    eps = c_double(p.epsilon_stash) if stash == "f64" else c_float(p.epsilon_stash)
-    params = rms_params(p)
+    params = rms_params(p, param)
     return RmsCfg(
         plan=p, x=p.x.name, scale=p.scale.name, y=p.y.name, stash=stash, product=p.product.name,
-        epsilon=eps, scale_direct=direct, scale_dims=dims,
+        epsilon=p.epsilon_stash, scale_direct=direct, scale_dims=dims,
         vec=gpu.rms_kernel(p, f"{p.name}_vec", gpu.rms_vector_width(p), params),
         scalar=gpu.rms_kernel(p, f"{p.name}_scalar", 1, params))
+
+
+# The render configuration of each operator kind (the plan's `.kind` word).
+CONFIGS = {"rope": rope_cfg, "rmsnorm": rms_cfg}

@@ -1,6 +1,6 @@
-"""CUDA memory for one call through CuPy (runtime/host.py's Memory): the stream, uploads of host
-inputs, allocation of outputs (CuPy or PyTorch, like the inputs), results back as NumPy when every
-input came from the host.
+"""CUDA memory for one call through CuPy (runtime/gpu_call.py's GpuMemory): the stream, uploads of
+host inputs, allocation of outputs (CuPy or PyTorch, like the inputs), the error word, reads back
+to the host, results back as NumPy when every input came from the host.
 
 CuPy is imported only when a call is made; nothing here decides a kernel or a launch shape.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from ropegen.ir.dtypes import DTYPES, DType
-from ropegen.lower.abi import Param
 from ropegen.runtime.arrays import DeviceArray, as_array, c_strides
 
 
@@ -72,21 +71,28 @@ class DeviceMemory:
         out = self.cupy.asnumpy(obj, stream=self.stream)
         return out.view(DTYPES["bf16"].np_dtype) if a.dtype == "bf16" else out
 
+    def error_word(self) -> DeviceArray:
+        with self.stream:
+            w = self.cupy.zeros(1, dtype=np.int32)
+        return DeviceArray(int(w.data.ptr), (1,), (1,), "i32", int(w.device.id), (w,), "cupy")
+
+    def to_host(self, a: DeviceArray) -> np.ndarray:
+        return self.cupy_view(a).get(stream=self.stream)
+
+    def prefix_sums(self, a: DeviceArray) -> DeviceArray:
+        with self.stream:
+            s = self.cupy.cumsum(self.cupy_view(a).astype(np.int64))
+        return DeviceArray(int(s.data.ptr), tuple(s.shape), c_strides(tuple(s.shape)), "i64", int(s.device.id),
+                           (s,), "cupy")
+
     def cupy_view(self, a: DeviceArray):
-        """A CuPy view of integer device memory (sequence lengths), for cumsum."""
+        """A CuPy view of integer device memory (sequence lengths, pads, the error word)."""
         cp = self.cupy
         for k in a.keep:
-            if isinstance(k, cp.ndarray) and int(k.data.ptr) == a.ptr:
+            if type(k).__module__.split(".")[0] == "cupy" and int(k.data.ptr) == a.ptr:
                 return k
         itemsize = a.itemsize
         extent = (sum((n - 1) * s for n, s in zip(a.shape, a.strides)) + 1) * itemsize if 0 not in a.shape else 0
         mem = cp.cuda.UnownedMemory(a.ptr, max(extent, 1), a.keep)
         return cp.ndarray(a.shape, dtype=DTYPES[a.dtype].np_dtype, memptr=cp.cuda.MemoryPointer(mem, 0),
                           strides=tuple(s * itemsize for s in a.strides))
-
-
-def arg(prm: Param, value: int):
-    """A kernel argument for CuPy: pointers as uint64, integers at their width."""
-    if prm.is_pointer:
-        return np.uint64(value)
-    return np.int32(value) if prm.bits == 32 else np.int64(value)

@@ -1,0 +1,100 @@
+"""The kernel parameter lists of every GPU target's RoPE and RMSNorm kernels (lower/abi.py's model):
+one list per kernel drives the printed signature and the argument tuple the runner binds.
+
+The lists are target-neutral; a target passes its own Param subclass (`param`), which adds how its
+language spells each parameter's type (backends/cuda/facts.py: `ctype`).
+"""
+from __future__ import annotations
+
+from ropegen.ir.dtypes import DTYPES, DType
+from ropegen.lower.abi import Param
+from ropegen.lower.gpu.launch import HeadStream
+from ropegen.ops.plan import RmsNormPlan, RopePlan
+
+
+def _in(param: type[Param], name: str, tensor: str, dtype: DType) -> Param:
+    return param(name, ("in", tensor), dtype, const=True)
+
+
+def _int(param: type[Param], name: str, source: tuple, bits: int = 64) -> Param:
+    return param(name, source, bits=bits)
+
+
+def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
+                param: type[Param] = Param) -> tuple[Param, ...]:
+    """The RoPE kernel's parameters: per stream the x/y pointers and their b/s/h (scalar kernel: and d)
+    strides, then what the position and angle forms read, then the launch quantities and the error word."""
+    tensors = {t.name: t for t in p.inputs}
+    ps: list[Param] = []
+    roles = ("b", "s", "h", "d") if strided else ("b", "s", "h")
+    for s in streams:
+        dt = tensors[s.src].dtype
+        ps.append(_in(param, s.x, s.src, dt))
+        ps.append(param(s.y, ("out", s.out), dt))
+        for r in roles:
+            ps.append(_int(param, f"{s.x}_s{r}", ("stride", s.src, r)))
+        for r in roles:
+            ps.append(_int(param, f"{s.y}_s{r}", ("stride", s.out, r)))
+    pos = p.positions
+
+    def lead(name: str, n: int) -> list[tuple]:
+        """(b, s) stride sources of a tensor whose first n axes are the token dims, in the memory
+        order of the rotated tensors' token dims ([seq, batch] when the plan's token order is "sb")."""
+        rank = len(p.ir.tensor(name).axes)
+        if n == 1:
+            return [("zero",), ("axis_stride", name, 0)]
+        assert rank >= 2
+        if p.token_order == "sb":
+            return [("axis_stride", name, 1), ("axis_stride", name, 0)]
+        return [("axis_stride", name, 0), ("axis_stride", name, 1)]
+
+    n_token_dims = 1 if p.token_layout == "t" else 2
+    if pos.ids:
+        sb, ss = lead(pos.ids, n_token_dims)
+        ps += [_in(param, "t_" + pos.ids, pos.ids, tensors[pos.ids].dtype),
+               _int(param, f"t_{pos.ids}_sb", sb), _int(param, f"t_{pos.ids}_ss", ss)]
+    for v in dict.fromkeys((pos.start, pos.first_seqlen)):
+        if isinstance(v, str):
+            ps.append(_in(param, "t_" + v, v, tensors[v].dtype))
+    if pos.pad:
+        ps += [_in(param, "t_" + pos.pad, pos.pad, tensors[pos.pad].dtype),
+               _int(param, f"t_{pos.pad}_si", ("axis_stride", pos.pad, 0))]
+    if p.sequences:
+        ps += [_in(param, "t_" + p.sequences, p.sequences, tensors[p.sequences].dtype),
+               _int(param, f"t_{p.sequences}_si", ("axis_stride", p.sequences, 0)),
+               _int(param, "n_seq", ("extent", p.sequences, 0)),
+               param("seq_ends", ("seq_ends",), DTYPES["i64"], const=True)]
+    a = p.angles
+    if a.kind == "table":
+        for name in (a.cos, a.sin):
+            ps.append(_in(param, "t_" + name, name, tensors[name].dtype))
+            last = len(p.ir.tensor(name).axes) - 1
+            if a.per_token:
+                sb, ss = lead(name, n_token_dims)
+                ps += [_int(param, f"t_{name}_sb", sb), _int(param, f"t_{name}_ss", ss)]
+            else:
+                ps.append(_int(param, f"t_{name}_sr", ("axis_stride", name, 0)))
+            ps.append(_int(param, f"t_{name}_sc", ("axis_stride", name, last)))
+        if not a.per_token:
+            ps.append(_int(param, "n_rows", ("extent", a.cos, 0)))
+    elif a.freq_factors:
+        ps += [_in(param, "t_" + a.freq_factors, a.freq_factors, tensors[a.freq_factors].dtype),
+               _int(param, f"t_{a.freq_factors}_si", ("axis_stride", a.freq_factors, 0))]
+    ps += [_int(param, "n_tokens", ("launch", "tokens")),
+           _int(param, "seq_len", ("launch", "seq_len")),
+           _int(param, "head_groups", ("launch", "head_groups"), bits=32),
+           param("err", ("err",), DTYPES["i32"])]
+    names = [x.name for x in ps]
+    if len(set(names)) != len(names):
+        raise AssertionError(f"{p.name}: kernel parameter names collide: {names}")
+    return tuple(ps)
+
+
+def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
+    """The RMSNorm kernels' parameters: x, scale and y, the rows and the two row strides."""
+    x, scale = p.inputs[0].name, p.inputs[1].name
+    return (_in(param, "t_" + x, x, p.x), _in(param, "t_" + scale, scale, p.scale),
+            param("t_" + p.out, ("out", p.out), p.y),
+            _int(param, "n_rows", ("launch", "rows")),
+            _int(param, "x_row_stride", ("launch", "x_row_stride")),
+            _int(param, "y_row_stride", ("launch", "y_row_stride")))

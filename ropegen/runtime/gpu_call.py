@@ -1,0 +1,201 @@
+"""Calling a GPU target's kernels, target-neutral: bind the arrays on runtime/host.py's convention,
+check on the host what only a GPU target checks there (sequence lengths, position arithmetic),
+pick the vector or the scalar kernel, work out the launch and the argument values, and turn the
+error word into lower/status.py's exceptions.
+
+A target supplies its memory (runtime/host.py's Memory plus `error_word`, `to_host` and
+`prefix_sums`, below) and one function that launches a kernel; `rope_bind` is pure Python, so
+the CPU tests bind host memory through it and run the generated source on the host.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from ropegen.lower import status, strides
+from ropegen.lower.gpu import (Launch, RmsCfg, RopeCfg, RopeKernel, rms_launch, rms_vector_ok, rope_launch,
+                               rope_vector_ok)
+from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
+from ropegen.ops.rope import forms
+from ropegen.runtime import host
+from ropegen.runtime.arrays import DeviceArray, c_strides
+
+RULES = host.Rules()          # the scalar kernels read any strides: nothing is copied or refused
+
+
+class GpuMemory(Protocol):
+    """One call's device memory: runtime/host.py's Memory (take, empty, returned, ...) plus these."""
+
+    def error_word(self) -> DeviceArray:
+        """A zeroed int32[1] on the device, for the kernel's error bits."""
+
+    def to_host(self, a: DeviceArray) -> np.ndarray:
+        """A device array's values as a NumPy array (integer inputs and the error word)."""
+
+    def prefix_sums(self, a: DeviceArray) -> DeviceArray:
+        """The int64 inclusive prefix sums of an integer vector, on the device."""
+
+
+# launch(memory, kernel, launch shape, argument values in parameter order)
+Launcher = Callable[[Any, Any, Launch, list], None]
+
+
+def tokens_of(p: RopePlan, arrs: dict[str, DeviceArray]) -> tuple[int, int]:
+    """(B, S) of a call from its arrays (lower/strides.py)."""
+    return strides.tokens_of(p, {n: a.shape for n, a in arrs.items()})
+
+
+def rope_bind(p: RopePlan, cfg: RopeCfg, arrs: dict[str, DeviceArray], outs: dict[str, DeviceArray],
+              B: int, S: int, err_ptr: int, seq_ends_ptr: int, kernel: RopeKernel | None = None):
+    """The kernel (vector when every rotated tensor allows it, else scalar; or `kernel`), its
+    launch shape and its argument values (ints, in parameter order) for one call."""
+    canon = {}
+    for st in p.streams:
+        t = p.ir.tensor(st.src)
+        canon[st.src] = strides.canonical_strides(t, arrs[st.src].strides, p.token_layout, arrs[st.src].shape)
+        canon[st.out] = strides.canonical_strides(t, outs[st.out].strides, p.token_layout, outs[st.out].shape)
+    rotated = [(arrs[s.src].ptr, canon[s.src]) for s in p.streams] + \
+              [(outs[s.out].ptr, canon[s.out]) for s in p.streams]
+    k = kernel or (cfg.vec if rope_vector_ok(cfg.vec.vector, p.storage.itemsize, rotated) else cfg.scalar)
+    n_seq = arrs[p.sequences].shape[0] if p.sequences else 0
+    launch = rope_launch(cfg, k, B * S, n_seq)
+    call = host.Call(p, None, arrs, outs, {}, canon)
+    values = call.values(k.params, launch={"tokens": B * S, "seq_len": S, "head_groups": launch.head_groups},
+                         err=err_ptr, seq_ends=seq_ends_ptr)
+    return k, launch, values
+
+
+def positions_fit(start: int, S: int, pads: tuple[int, ...], first: int | None = None) -> bool:
+    """Every formula of arange / glm2d positions fits in int64 for tokens s in [0, S) and the given
+    pads (each formula is linear in s and pad: the extremes decide); the kernel's 64-bit integer
+    arithmetic then never wraps."""
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    offsets = (start, start + S - 1)
+    values = list(offsets)
+    for pd in pads:
+        for off in offsets:
+            values.append(off - pd)
+            if first is not None:
+                prompt = first - pd
+                values += [first - 1, prompt, prompt - 2, off - prompt, off - prompt + 2]
+    return all(lo <= v <= hi for v in values)
+
+
+def check_position_arith(p: RopePlan, arrs: dict[str, DeviceArray], mem: GpuMemory, B: int, S: int) -> None:
+    """ValueError when the position arithmetic of a form with a start (arange, glm2d) would overflow
+    (always checked: a few scalars and the [batch] pads, read back to the host)."""
+    pos = p.positions
+    if "start" not in forms.position_of(pos).args or not B * S:
+        return
+
+    def scalar(v) -> int | None:
+        if v is None or isinstance(v, int):
+            return v
+        return int(mem.to_host(arrs[v]).reshape(()))
+
+    pads: tuple[int, ...] = (0,)
+    if pos.pad:
+        host_pads = mem.to_host(arrs[pos.pad]).astype(np.int64)
+        pads = (int(host_pads.min()), int(host_pads.max()))
+    start, first = scalar(pos.start), scalar(pos.first_seqlen)
+    if not positions_fit(start, S, pads, first):
+        raise ValueError(f"position arithmetic overflows int64 ({pos.kind.value} positions: start {start}, "
+                         f"{S} tokens{', first_seqlen ' + str(first) if first is not None else ''}, pads in "
+                         f"[{min(pads)}, {max(pads)}])")
+
+
+class RopeRunner:
+    """A RoPE operator on a GPU target: `memory(stream)` makes one call's memory, `launch` runs a
+    kernel, `kernel_word` names the kernel in status messages ("the CUDA kernel")."""
+
+    def __init__(self, plan: RopePlan, cfg: RopeCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
+                 kernel_word: str):
+        self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
+
+    def __call__(self, *arrays, check: bool = True, inplace: bool = False, stream=None):
+        p, cfg = self.p, self.cfg
+        if inplace and any(isinstance(a, np.ndarray) for a in arrays):
+            raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
+        mem = self.memory(stream)
+        call = host.bind(p, mem, RULES, arrays, inplace=inplace)
+        arrs = call.inputs
+        B, S = call.tokens()
+        err = mem.error_word()
+        seq_ends = None
+        if p.sequences:
+            # checked on the host before any launch: the kernel derives every index from these,
+            # and a wrapped-around int64 sum must not pass for the token count
+            host_lens = mem.to_host(arrs[p.sequences]).astype(np.int64)
+            if bool(((host_lens < 0) | (host_lens > S)).any()) or int(host_lens.sum()) != S:
+                raise ValueError(f"{p.sequences}: sequence lengths must be in [0, {S}] and sum to the "
+                                 f"{S} packed tokens")
+            seq_ends = mem.prefix_sums(arrs[p.sequences])
+        check_position_arith(p, arrs, mem, B, S)
+        seq_ptr = seq_ends.ptr if seq_ends is not None and seq_ends.shape[0] else err.ptr
+        k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr)
+        n_seq = arrs[p.sequences].shape[0] if p.sequences else 0
+        if B * S or n_seq:
+            self.launch(mem, k, launch, args)
+        if check:
+            code = status.from_word(int(mem.to_host(err)[0]))
+            if code:
+                raise status.error(p, code, call.shapes, None, self.kernel_word)
+        # keep every input alive until the launch is queued; results as NumPy when inputs were
+        return call.returned()
+
+
+def row_stride(p: RmsNormPlan, xa: DeviceArray) -> int:
+    """The one element stride between rows of x; ValueError when its layout has none."""
+    inner = len(p.norm_shape)
+    if xa.strides[len(xa.shape) - inner:] != c_strides(xa.shape[len(xa.shape) - inner:]) and p.norm_size > 1:
+        raise ValueError(f"{p.inputs[0].name}: the normalized axes must be C-contiguous")
+    outer_shape = xa.shape[:len(xa.shape) - inner]
+    outer_strides = xa.strides[:len(xa.shape) - inner]
+    # outer axes must collapse to one row stride
+    stride = p.norm_size
+    kept = [(n, s) for n, s in zip(outer_shape, outer_strides) if n != 1]
+    if kept:
+        stride = kept[-1][1]
+        acc = stride
+        for n, s in reversed(kept):
+            if s != acc:
+                raise ValueError(f"{p.inputs[0].name}: rows must be evenly spaced (make it contiguous)")
+            acc *= n
+    return stride
+
+
+class RmsRunner:
+    """An RMSNorm operator on a GPU target (the arguments as RopeRunner's)."""
+
+    def __init__(self, plan: RmsNormPlan, cfg: RmsCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
+                 kernel_word: str):
+        self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
+
+    def __call__(self, x, scale, *, check: bool = True, stream=None):
+        p, cfg = self.p, self.cfg
+        mem = self.memory(stream)
+        call = host.bind(p, mem, RULES, (x, scale))
+        xa, sa = call.inputs[p.inputs[0].name], call.inputs[p.inputs[1].name]
+        if not sa.c_contiguous:
+            raise ValueError(f"{p.inputs[1].name}: the scale must be C-contiguous")
+        x_stride = row_stride(p, xa)
+        outer_shape = xa.shape[:len(xa.shape) - len(p.norm_shape)]
+        rows = int(np.prod(outer_shape)) if outer_shape else 1
+        ya = call.outputs[p.out]
+        k = cfg.vec if rms_vector_ok(cfg.vec, [(xa.ptr, xa.itemsize), (ya.ptr, ya.itemsize)],
+                                     [x_stride, p.norm_size]) else cfg.scalar
+        args = call.values(k.params, launch={"rows": rows, "x_row_stride": x_stride, "y_row_stride": p.norm_size})
+        if rows:
+            self.launch(mem, k, rms_launch(k, rows), args)
+        return call.returned()
+
+
+# The runner of each operator kind (the plan's `.kind` word).
+RUNNERS = {"rope": RopeRunner, "rmsnorm": RmsRunner}
+
+
+def runner(plan: Plan, cfg, memory: Callable[[Any], GpuMemory], launch: Launcher, kernel_word: str):
+    """The callable kernel of `plan` on a GPU target."""
+    return RUNNERS[plan.kind](plan, cfg, memory, launch, kernel_word)
