@@ -52,10 +52,13 @@ class Operator:
 
     def run(self, *arrays, backend: str = "numpy", **options):
         """Run on arrays given in declaration order; one output is returned bare, several as a tuple."""
-        if len(arrays) != len(self.inputs):
+        if len(arrays) != len(self.ir.inputs):
             raise ValueError(f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
                              f"got {len(arrays)}")
-        outs = self.kernel(backend)(*arrays, **options)
+        kernel = self._kernels.get(backend)
+        if kernel is None:
+            kernel = self.kernel(backend)
+        outs = kernel(*arrays, **options)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     __call__ = run

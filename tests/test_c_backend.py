@@ -24,6 +24,7 @@ from ropegen.backends.c.call import CKernel
 from ropegen.crosscheck import _storage_dtype, compare
 from ropegen.ops.inputs import CASES, make_inputs
 from ropegen.render import render
+from ropegen.runtime.numpy_host import HOST
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.rope"))
@@ -516,3 +517,148 @@ def test_compiler_from_cc_env_is_used(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     cbuild.build({"y.c": "int y(void) { return 1; }\n"}, "y")
     assert log.read_text().count("called") >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the NumPy fast path (runtime/numpy_host.py): the values Convention.bind gives, or no answer
+
+FAST_OPS = ["llama3_8b", "llama3_8b_cached", "onnx_rope_4d", "ppl_rotary", "hf_llama_per_token", "rms_axis1",
+            "rms_last_axis"]
+
+
+def _layouts(op, args):
+    """(label, arguments, options) of calls bind accepts unchanged: views, out= arrays, in place."""
+    rotated = {s.src for s in op.plan.streams} if op.kind == "rope" else set()
+    idx = [i for i, n in enumerate(op.inputs) if n in rotated]
+    out = []
+    for threads in (None, 1, 3):
+        out.append((f"threads={threads}", list(args), {"threads": threads}))
+    views = list(args)
+    for i in idx:
+        big = np.concatenate([args[i], args[i]], axis=0)
+        views[i] = big[::2] if args[i].shape[0] > 1 else big[:1]
+    out.append(("token-strided views", views, {}))
+    flipped = list(args)
+    for i in idx:
+        flipped[i] = args[i][::-1].copy()[::-1]
+    out.append(("negative strides", flipped, {}))
+    fresh = op.kernel("c")(*args)
+    out.append(("out=", list(args), {"out": tuple(np.empty_like(o) for o in fresh)}))
+    if len(fresh) == 1:
+        out.append(("out= one array", list(args), {"out": np.empty_like(fresh[0])}))
+    if op.kind == "rope":
+        padded = tuple(np.empty(o.shape[:-1] + (o.shape[-1] + 8,), o.dtype)[..., 4:-4] for o in fresh)
+        out.append(("out= views", list(args), {"out": padded}))
+        out.append(("in place", [a.copy() for a in args], {"inplace": True}))
+    return out
+
+
+@pytest.mark.parametrize("name", FAST_OPS)
+def test_fast_path_gives_the_values_of_the_convention(name):
+    """Every call below goes the fast way, and each parameter value (output addresses apart, for
+    outputs the call allocates) is the one Convention.bind and Call.values give."""
+    op = _op(name)
+    kern: CKernel = op.kernel("c")
+    pointers_out = [i for i, q in enumerate(kern.params) if q.kind == "out"]
+    rotated = {s.src for s in op.plan.streams} if op.kind == "rope" else set()
+    for case_no, case in enumerate(CASES):
+        arrays = make_inputs(op.ir, case, seed=40 + case_no)    # strided case: views of rotated inputs
+        args = [arrays[n] if n in rotated else arrays[n].copy() for n in op.inputs]
+        for label, call_args, options in _layouts(op, args):
+            where = f"{name} [{case.label}, {label}]"
+            fast = kern.fast(call_args, options.get("threads"), options.get("out"), options.get("inplace", False))
+            assert fast is not None, where
+            values, inputs, outputs = fast
+            call = kern.convention.bind(HOST, call_args, **options)
+            want = call.values(kern.params)
+            if "out" in options or options.get("inplace"):
+                assert values == want, where
+                assert all(a is b for a, b in zip(outputs, call.returned())), where
+            else:
+                assert [v for i, v in enumerate(values) if i not in pointers_out] == \
+                       [v for i, v in enumerate(want) if i not in pointers_out], where
+                assert [(o.shape, o.dtype, o.strides) for o in outputs] == \
+                       [(o.shape, o.dtype, o.strides) for o in call.returned()], where
+            assert all(a is b.array for a, b in zip(inputs, call.inputs.values())), where
+            bound = kern.bind(*call_args, **options)
+            if "out" in options or options.get("inplace"):
+                assert bound.values == values, where
+            assert set(bound.arrays) == {i for i, q in enumerate(kern.params) if q.kind in ("in", "out")}
+
+
+def _refused(op, args):
+    """Calls bind refuses (or copies for): each must go its way, so its message is bind's."""
+    kern = op.kernel("c")
+    fresh = kern(*args)
+    bad = []
+    for i, a in enumerate(args):
+        other = np.float64 if a.dtype != np.float64 else np.float32
+        swap = list(args)
+        swap[i] = a.astype(other)
+        bad.append((f"dtype of {op.inputs[i]}", swap, {}))
+        swap = list(args)
+        swap[i] = a[None]
+        bad.append((f"rank of {op.inputs[i]}", swap, {}))
+        if a.ndim:            # (a rank-0 input may be a Python number)
+            swap = list(args)
+            swap[i] = a.tolist()
+            bad.append((f"{op.inputs[i]} as a list", swap, {}))
+        if a.ndim and a.shape[-1] > 1:
+            swap = list(args)
+            swap[i] = np.repeat(a, 2, axis=-1)[..., ::2]
+            bad.append((f"{op.inputs[i]} with a strided last axis", swap, {}))
+    bad += [("too few inputs", args[:-1], {}), ("threads=0", args, {"threads": 0}),
+            ("threads=True", args, {"threads": True}), ("out= and inplace", args, {"out": fresh, "inplace": True}),
+            ("out= too short", args, {"out": fresh[:-1]}),
+            ("out= over an input", args, {"out": tuple(args[:len(fresh)]) if op.kind == "rope" else (args[0],)})]
+    ro = tuple(np.empty_like(o) for o in fresh)
+    ro[0].flags.writeable = False
+    bad.append(("read-only out=", args, {"out": ro}))
+    if op.kind == "rmsnorm":
+        bad.append(("rmsnorm in place", args, {"inplace": True}))
+    else:
+        same = list(args)
+        src = op.inputs.index(op.plan.streams[0].src)
+        other = op.inputs.index(op.plan.streams[-1].src)
+        same[other] = same[src] = args[src].copy()
+        if other != src and args[other].shape == args[src].shape:
+            bad.append(("one array rotated twice in place", same, {"inplace": True}))
+    return bad
+
+
+@pytest.mark.parametrize("name", FAST_OPS)
+def test_fast_path_leaves_every_refusal_and_copy_to_bind(name):
+    """The fast path answers no call that bind refuses or copies for, so every message (and any
+    copy) comes from bind; the kernel's error is bind's, word for word."""
+    op = _op(name)
+    kern: CKernel = op.kernel("c")
+    args = [make_inputs(op.ir, CASES[1], seed=50)[n] for n in op.inputs]
+    for label, call_args, options in _refused(op, args):
+        assert kern.fast(call_args, options.get("threads"), options.get("out"),
+                         options.get("inplace", False)) is None, f"{name}: {label}"
+        try:
+            kern.convention.bind(HOST, call_args, **options)
+            want = None
+        except ValueError as exc:
+            want = str(exc)
+        if want is None:      # copied first (a strided last axis): the same answer as contiguous
+            continue
+        with pytest.raises(ValueError) as got:
+            kern(*call_args, **options)
+        assert str(got.value) == want, f"{name}: {label}"
+
+
+def test_a_length_one_axis_may_have_any_stride():
+    """NumPy ignores the stride of a length-1 axis (and libraries leave any value there): such a
+    tensor is read in place, with the answer of its contiguous copy."""
+    op = _op("llama3_8b")
+    args = [make_inputs(op.ir, CASES[0], seed=60)[n] for n in op.inputs]
+    q = args[0]
+    buf = np.zeros(q.nbytes + 64, np.uint8)
+    odd = np.lib.stride_tricks.as_strided(buf[:q.nbytes].view(q.dtype).reshape(q.shape), q.shape,
+                                          (q.strides[0] + 1,) + q.strides[1:])
+    odd[...] = q
+    assert odd.shape[0] == 1 and odd.flags.aligned
+    assert op.kernel("c").bind(odd, *args[1:]).given["q"] is odd
+    for a, b in zip(op.run_all(odd, *args[1:], backend="c"), op.run_all(*args, backend="c")):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))

@@ -16,10 +16,15 @@ from ropegen import ir
 AXES = ("b", "s", "h", "d")
 
 
-def element_strides(byte_strides: Sequence[int], itemsize: int) -> tuple[int, ...] | None:
-    """Byte strides as element strides; None when one is not a whole number of elements."""
+def element_strides(byte_strides: Sequence[int], itemsize: int,
+                    shape: Sequence[int] | None = None) -> tuple[int, ...] | None:
+    """Byte strides as element strides; None when one is not a whole number of elements. Given the
+    `shape`, an axis of length 1 is exempt (its floor is kept): nothing ever steps along it, and
+    libraries leave any stride there."""
     out = tuple(s // itemsize for s in byte_strides)
-    return out if all(s * itemsize == b for s, b in zip(out, byte_strides)) else None
+    if shape is None:
+        shape = (2,) * len(out)
+    return out if all(s * itemsize == b or n <= 1 for s, b, n in zip(out, byte_strides, shape)) else None
 
 
 def dim_strides(t: ir.Tensor, strides: Sequence[int]) -> list[int]:

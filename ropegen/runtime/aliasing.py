@@ -95,6 +95,8 @@ def internal_overlap(e: Extent, max_work: int | None = None) -> bool | None:
     if any(n > 1 and s == 0 for n, s in zip(e.shape, e.strides)):
         return True
     _, axes = e._axes()
+    if _nested(axes, e.itemsize):
+        return False
     work = [max_work or MAX_WORK]
     try:
         # two index tuples differ first at axis m, where (by symmetry) the step d_m >= 1; later
@@ -111,6 +113,18 @@ def internal_overlap(e: Extent, max_work: int | None = None) -> bool | None:
     except _TooHard:
         return None
     return False
+
+
+def _nested(axes: list[tuple[int, int]], itemsize: int) -> bool:
+    """Every axis steps past all the bytes the axes of smaller stride reach (any dense or sliced
+    array): two index tuples then differ by at least an element at the largest axis where they
+    differ, so no two elements share a byte and the search is not needed."""
+    reach = itemsize
+    for s, u in sorted(axes):
+        if s < reach:
+            return False
+        reach += s * u
+    return True
 
 
 def _solvable(terms: list[tuple[int, int]], target: int, work: list[int]) -> bool:

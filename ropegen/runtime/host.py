@@ -17,8 +17,11 @@ Every target's call layer goes through these entry points, in this order:
         the exception for a nonzero status (lower/status.py), with details read from host inputs
         when the Memory can `read` them.
 
-Arrays are seen through a small protocol, so NumPy arrays (HostArray) and device arrays (runtime/
-arrays.py's DeviceArray) go through the same code: `ptr`, `shape`, `strides` in elements (None when
+For NumPy arguments, runtime/numpy_host.py's HostCall gives the values of a call that bind would
+accept unchanged without building a Call (the decode-size fast path); anything else comes here.
+
+Arrays are seen through a small protocol, so NumPy arrays (numpy_host.HostArray) and device arrays
+(runtime/arrays.py's DeviceArray) go through the same code: `ptr`, `shape`, `strides` in elements (None when
 not whole elements), `dtype` (a ropegen dtype name; None for a type ropegen lacks), `extent`
 (aliasing.Extent) and, where they apply, `aligned`, `writeable`, `label` (numpy's dtype name).
 A target supplies a Memory: how it adopts an argument, copies one densely, allocates an output.
@@ -32,7 +35,7 @@ import numpy as np
 
 from ropegen.ir.dtypes import DTYPES, DType
 from ropegen.lower import status as _status
-from ropegen.lower.strides import apply, element_strides, recipe, tokens_of
+from ropegen.lower.strides import apply, recipe, tokens_of
 from ropegen.runtime import aliasing
 
 Plan = Any   # a plan of any operator kind (ops/<kind>/plan.py); only its common fields are read
@@ -97,89 +100,6 @@ class Memory(Protocol):
         """What the call hands back for output `a` (the caller's own object when in place)."""
     # optional: read(a) -> np.ndarray, the values of a small input on the host (rank-0 scalars
     # under Rules.scalars, and the details of status messages)
-
-
-# ---------------------------------------------------------------------------------------------
-# host (NumPy) memory
-
-# numpy dtype -> ropegen dtype name (a byte-swapped or unknown dtype has none)
-_NAMES = {d.np_dtype: d.name for d in DTYPES.values()}
-
-
-class HostArray:
-    """A NumPy array seen through the array protocol (each field read off the array when asked)."""
-
-    __slots__ = ("array", "strides")
-
-    def __init__(self, a: np.ndarray):
-        self.array = a
-        self.strides = element_strides(a.strides, a.itemsize)
-
-    @classmethod
-    def of(cls, a: np.ndarray) -> HostArray:
-        return cls(a)
-
-    @property
-    def ptr(self) -> int:
-        return self.array.ctypes.data
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-    @property
-    def dtype(self) -> str | None:
-        return _NAMES.get(self.array.dtype)
-
-    @property
-    def label(self) -> str:
-        return self.array.dtype.name
-
-    @property
-    def aligned(self) -> bool:
-        return bool(self.array.flags.aligned)
-
-    @property
-    def writeable(self) -> bool:
-        return bool(self.array.flags.writeable)
-
-    @property
-    def c_contiguous(self) -> bool:
-        return bool(self.array.flags.c_contiguous)
-
-    @property
-    def extent(self) -> aliasing.Extent:
-        return aliasing.Extent.of(self.array)
-
-
-class HostMemory:
-    """Arguments and outputs in this process's memory, as NumPy arrays (the C target's memory)."""
-
-    def take(self, name: str, obj: Any, rank: int) -> HostArray:
-        if rank == 0 and not isinstance(obj, np.ndarray):
-            obj = np.asarray(obj)
-        if not isinstance(obj, np.ndarray):
-            raise ValueError(f"{name}: expected a numpy array, got {type(obj).__name__}")
-        return HostArray.of(obj)
-
-    def dense(self, a: HostArray) -> HostArray:
-        # a contiguous array can still be misaligned: np.require copies when it is
-        return HostArray.of(np.require(a.array, requirements="CA"))
-
-    def empty(self, shape: tuple[int, ...], dtype: DType) -> HostArray:
-        return HostArray.of(np.empty(shape, dtype=dtype.np_dtype))
-
-    def output(self, obj: Any) -> HostArray | None:
-        return HostArray.of(obj) if isinstance(obj, np.ndarray) else None
-
-    def returned(self, a: HostArray) -> np.ndarray:
-        return a.array
-
-    def read(self, a: HostArray) -> np.ndarray:
-        return a.array
-
-
-HOST = HostMemory()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,6 +215,10 @@ def _dense(a) -> bool:
     return bool(getattr(a, "c_contiguous", True)) and bool(getattr(a, "aligned", True))
 
 
+# How Convention.bind treats each input (Convention.kinds), decided once per kernel.
+ROTATED, SCALAR, DENSE, PLAIN = "rotated", "scalar", "dense", "plain"
+
+
 class Convention:
     """The convention for one plan under one target's Rules, worked out once per loaded kernel."""
 
@@ -305,6 +229,8 @@ class Convention:
         self.in_place = all(o.rotated for o in self.specs)
         self.sources = {o.name: o.src for o in self.specs if o.rotated}
         self.recipes = {src: recipe(plan.ir.tensor(src), plan.token_layout) for src in self.sources.values()}
+        self.kinds = [ROTATED if t.name in self.recipes else SCALAR if rules.scalars and t.rank == 0
+                      else DENSE if rules.dense_inputs else PLAIN for t in plan.inputs]
 
     def bind(self, memory, arrays: Sequence, *, threads: int | None = None, out=None,
              inplace: bool = False) -> Call:
@@ -327,21 +253,21 @@ class Convention:
         if inplace and not self.in_place:
             raise ValueError(f"{plan.name}: {plan.kind} does not run in place (its output may have another dtype)")
         call = Call(plan, memory, given, {}, sym, {}, threads=int(threads or 1))
-        for t in plan.inputs:
-            a = given[t.name]
-            if t.name in self.recipes:
+        for name, kind in zip(names, self.kinds):
+            a = given[name]
+            if kind is ROTATED:
                 if rules.unit_head_dim and not _unit_head_dim(a):
                     if inplace:
-                        raise ValueError(f"{t.name}: cannot rotate in place: its head_dim is not contiguous")
-                    a = given[t.name] = memory.dense(a)
-                call.strides[t.name] = apply(self.recipes[t.name], a.strides, a.shape)
-            elif rules.scalars and t.rank == 0:
+                        raise ValueError(f"{name}: cannot rotate in place: its head_dim is not contiguous")
+                    a = given[name] = memory.dense(a)
+                call.strides[name] = apply(self.recipes[name], a.strides, a.shape)
+            elif kind is SCALAR:
                 value = memory.read(a)
                 if value.dtype.kind not in "iu":
-                    raise ValueError(f"{t.name}: expected an integer scalar, got dtype {value.dtype.name}")
-                call.scalars[t.name] = int(value)
-            elif rules.dense_inputs and not _dense(a):
-                given[t.name] = memory.dense(a)
+                    raise ValueError(f"{name}: expected an integer scalar, got dtype {value.dtype.name}")
+                call.scalars[name] = int(value)
+            elif kind is DENSE and not _dense(a):
+                given[name] = memory.dense(a)
         specs = self.specs
         if inplace:
             call.outputs = {o.name: _writeable(o.name, given[o.src]) for o in specs}

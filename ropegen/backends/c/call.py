@@ -1,5 +1,6 @@
-"""The C side of a call: the host convention (runtime/host.py) with the C kernels' layout rules, and
-its parameter values handed to the ctypes function in ABI order."""
+"""The C side of a call: the host convention (runtime/host.py, with runtime/numpy_host.py's fast path
+for NumPy arguments) under the C kernels' layout rules, its parameter values handed to the ctypes
+function in ABI order."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from ropegen.backends.c.abi import CParam
 from ropegen.lower import status
 from ropegen.lower.status import Status
 from ropegen.runtime import host
+from ropegen.runtime.numpy_host import HOST, HostCall
 
 if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
     from ropegen.ops.plan import Plan
@@ -51,19 +53,39 @@ class CKernel:
         self.func = func
         self.params = params
         self.convention = host.Convention(plan, RULES)
+        self.fast = HostCall(self.convention, params)
+        self._names = self.convention.names
+        self._outs = {o.name: j for j, o in enumerate(self.convention.specs)}
         self._pointers = [(i, q.kind == "in", q.tensor) for i, q in enumerate(params) if q.kind in ("in", "out")]
 
     def __call__(self, *arrays, threads: int | None = None, out=None, inplace: bool = False,
                  check: bool = True) -> tuple[np.ndarray, ...]:
-        b = self.bind(*arrays, threads=threads, out=out, inplace=inplace)
-        code = int(self.func(*b.values))
-        if code != OK:
-            self.raise_status(code, b.given)
-        return b.outputs
+        fast = self.fast(arrays, threads, out, inplace)
+        if fast is None:
+            b = self._bind(arrays, threads, out, inplace)
+            code = self.func(*b.values)
+            if code:
+                self.raise_status(code, b.given)
+            return b.outputs
+        values, inputs, outputs = fast
+        code = self.func(*values)    # `inputs` keeps any array made here alive through the call
+        if code:
+            self.raise_status(code, dict(zip(self._names, inputs)))
+        return outputs
 
     def bind(self, *arrays, threads: int | None = None, out=None, inplace: bool = False) -> Bound:
         """Validate the inputs and lay out the call, without calling."""
-        call = self.convention.bind(host.HOST, arrays, threads=threads, out=out, inplace=inplace)
+        fast = self.fast(arrays, threads, out, inplace)
+        if fast is not None:
+            values, inputs, outputs = fast
+            given = dict(zip(self._names, inputs))
+            return Bound(values, {i: given[name] if is_in else outputs[self._outs[name]]
+                                  for i, is_in, name in self._pointers}, outputs, given)
+        return self._bind(arrays, threads, out, inplace)
+
+    def _bind(self, arrays, threads, out, inplace: bool) -> Bound:
+        """Convention.bind's way: every check and message, copies, the aliasing test."""
+        call = self.convention.bind(HOST, arrays, threads=threads, out=out, inplace=inplace)
         held = {i: (call.inputs if is_in else call.outputs)[name].array for i, is_in, name in self._pointers}
         return Bound(call.values(self.params), held, call.returned(),
                      {n: a.array for n, a in call.inputs.items()})
