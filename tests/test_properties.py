@@ -117,7 +117,7 @@ def computed_spec(*, dtype: str, heads: int, head_dim: int, pairing: str, rotary
         decl = (f"    in x: {dtype}[tokens=T, heads={heads}, head_dim={head_dim}]\n"
                 "    in pos: i64[T]\n")
         positions = "pos"
-    lines = [f"rope r {{", decl.rstrip("\n"), "    out y = rotate(x)",
+    lines = ["rope r {", decl.rstrip("\n"), "    out y = rotate(x)",
              f"    pairing = {pairing_text(pairing)}",
              f"    rotary_dim = {rotary_dim}",
              f"    positions = {positions}",

@@ -1,7 +1,6 @@
 """Adversarial inputs and names found in review: every backend rejects or handles them cleanly."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
