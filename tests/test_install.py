@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ropegen import generate
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -30,6 +32,13 @@ def test_non_editable_install_compiles_an_example(tmp_path):
     assert r.returncode == 0, r.stderr
     produced = sorted(p.name for p in (work / "out" / "llama3" / "numpy").iterdir())
     assert produced == ["llama3_8b.py", "llama3_8b_cached.py"]
+    # every target renders from the installed wheel: all subpackages (lower/gpu, ops/rope/forms, ...)
+    # and every template folder (templates/gpu holds the SIMT bodies) must ship
+    r = subprocess.run([str(bindir / "ropegen"), "compile", "llama3.rope", "-o", "all"],
+                       capture_output=True, text=True, cwd=work)
+    assert r.returncode == 0, r.stderr
+    targets = sorted(p.name for p in (work / "all" / "llama3").iterdir())
+    assert targets == sorted(generate.ready_targets()), targets
     r = subprocess.run([str(py), "-c", "import ropegen, sys; print(ropegen.__file__)"],
                        capture_output=True, text=True, cwd=work)
     assert str(env_dir) in r.stdout, r.stdout
