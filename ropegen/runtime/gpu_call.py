@@ -87,7 +87,7 @@ def check_position_arith(p: RopePlan, arrs: dict[str, DeviceArray], mem: GpuMemo
     """ValueError when the position arithmetic of a form with a start (arange, glm2d) would overflow
     (always checked: a few scalars and the [batch] pads, read back to the host)."""
     pos = p.positions
-    if "start" not in forms.position_of(pos).args or not B * S:
+    if not forms.position_of(pos).offset_arith or not B * S:
         return
 
     def scalar(v) -> int | None:

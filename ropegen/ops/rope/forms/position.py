@@ -35,6 +35,9 @@ class PositionForm:
     # (positions, sequences input, read(name) -> values, input shapes) -> what a "position out of range"
     # status message adds about the positions the call asked for
     range_note: Callable[..., str] | None = None
+    # positions are computed on the device as start + token index - pad (+ first_seqlen) in int64: a host
+    # that cannot see the kernel's overflow status checks before launch that they fit
+    offset_arith: bool = False
 
 
 def batch_vector(cx, v: A.Value, first: ir.Tensor, what: str) -> str:
@@ -118,12 +121,14 @@ POSITIONS: tuple[PositionForm, ...] = (
                  explain=lambda pos: "index of each token inside its sequence", range_note=_longest_sequence),
     PositionForm(P.ARANGE, "arange", bare=False, synopsis="arange(start=, pad=)", args=("start", "pad"),
                  required=(), check=_arange, per_token=False, reference="arange_positions", inputs="draw_arange",
-                 explain=lambda pos: f"start ({pos.start}) + s - pad ({pos.pad or 0})[b]", bench="bench_offsets"),
+                 explain=lambda pos: f"start ({pos.start}) + s - pad ({pos.pad or 0})[b]", bench="bench_offsets",
+                 offset_arith=True),
     PositionForm(P.GLM2D, "glm2d", bare=False, synopsis="glm2d(start=, pad=, first_seqlen=)",
                  args=("start", "pad", "first_seqlen"), required=("first_seqlen",), check=_glm2d,
                  per_token=False, reference="glm2d_positions", inputs="draw_glm2d",
                  explain=lambda pos: f"GLM 2-D: pos0/pos1 from start={pos.start}, pad={pos.pad or 0}, "
-                                     f"first_seqlen={pos.first_seqlen}", bench="bench_offsets"),
+                                     f"first_seqlen={pos.first_seqlen}", bench="bench_offsets",
+                 offset_arith=True),
 )
 _POSITION_BY_KIND = {f.kind: f for f in POSITIONS}
 POSITION_WORDS = tuple(f.word for f in POSITIONS if f.word)
