@@ -6,6 +6,7 @@ import keyword
 import types
 
 from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
+from ropegen.ops.rope import forms
 from ropegen.backends.base import Backend, Kernel
 from ropegen.lower.strides import token_dims
 
@@ -51,7 +52,7 @@ def rope_context(p: RopePlan) -> dict:
         tensors=tensors,
         block_tokens=block_tokens(p),
         angles_kind=kind,
-        positions_kind=pos.kind.value,
+        positions_kind=pos.kind.value, offset_arith=forms.position_of(pos).offset_arith,
         position_args=list(dict.fromkeys(args)),
         start=pos.start,
         first_seqlen=pos.first_seqlen,

@@ -13,6 +13,7 @@ from ropegen.lower.abi import Param, find
 from ropegen.lower.strides import token_dims
 from ropegen.ir.dtypes import DType
 from ropegen.ops.plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.ops.rope import forms
 from ropegen.render import c_double, c_float
 
 
@@ -116,7 +117,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         st=facts.element(p.storage), arith=arith, ct=facts.ARITH[arith],
         load_x=facts.load(p.storage.name, arith), store_y=facts.store(arith, p.storage.name),
         rnd=facts.ROUND[arith], streams=streams,
-        positions_kind=pos.kind.value, symbol_params=[q for q in params if q.kind == "dim"],
+        positions_kind=pos.kind.value, offset_arith=forms.position_of(pos).offset_arith, symbol_params=[q for q in params if q.kind == "dim"],
         pointer_params=[q for q in params if q.kind in ("in", "out")],
         threads=_name(params, "threads"),
         ids=_name(params, "in", pos.ids) if pos.ids else "",
