@@ -1,9 +1,9 @@
 """The CUDA backend: one .cu file per operator (templates/cuda), compiled for the current device
 and run through CuPy.
 
-The Backend class renders (lower/gpu decides what the templates print, facts.py how CUDA spells
-it); `_Module` compiles and caches, `_launcher` makes the launch call, and runtime/gpu_call.py's
-runners do the rest of a call on memory.py's DeviceMemory. CuPy is imported only when an operator
+The Backend class is a backends/gpu.GpuBackend (lower/gpu decides what the templates print,
+facts.py how CUDA spells it); `_Module` compiles and caches, `_launcher` makes the launch call,
+and runtime/gpu_call.py's runners do the rest of a call on memory.py's DeviceMemory. CuPy is imported only when an operator
 runs.
 """
 from __future__ import annotations
@@ -15,36 +15,34 @@ import tempfile
 
 import numpy as np
 
-from ropegen.backends.base import Backend, Kernel
+from ropegen.backends.gpu import GpuBackend
 from ropegen.backends.cuda import facts, nvrtc
 from ropegen.backends.cuda.memory import DeviceMemory
 from ropegen.lower.abi import Param
-from ropegen.lower.gpu import CONFIGS, Launch
-from ropegen.ops.plan import Plan
-from ropegen.runtime import cache, gpu_call
+from ropegen.lower.gpu import Launch
+from ropegen.runtime import cache
 
 KERNEL = "the CUDA kernel"    # how status messages name it
 
 
-class CudaBackend(Backend):
+class CudaBackend(GpuBackend):
     name = "cuda"
     folder = "cuda"
     comment = "//"
     reserved = facts.RESERVED
+    facts = facts
+    memory = DeviceMemory
+    suffix = "cu"
+    kernel_word = KERNEL
 
-    def config(self, plan: Plan):
-        return CONFIGS[plan.kind](plan, facts.Param)
-
-    def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
-        return {f"{plan.name}.cu": self.render_file(plan, "cu", spec_file, c=self.config(plan), cuda=facts,
-                                                       lang=facts)}
+    def render_extras(self) -> dict:
+        return {"cuda": facts}
 
     def unavailable(self) -> str | None:
         return unavailable()
 
-    def load(self, plan: Plan, sources: dict[str, str]) -> Kernel:
-        name = f"{plan.name}.cu"
-        return gpu_call.runner(plan, self.config(plan), DeviceMemory, _launcher(sources[name], name), KERNEL)
+    def launcher(self, source: str, name: str):
+        return _launcher(source, name)
 
 
 def _arg(prm: Param, value: int):
