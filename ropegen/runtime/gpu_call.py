@@ -48,20 +48,25 @@ def tokens_of(p: RopePlan, arrs: dict[str, DeviceArray]) -> tuple[int, int]:
 
 
 def rope_bind(p: RopePlan, cfg: RopeCfg, arrs: dict[str, DeviceArray], outs: dict[str, DeviceArray],
-              B: int, S: int, err_ptr: int, seq_ends_ptr: int, kernel: RopeKernel | None = None):
+              B: int, S: int, err_ptr: int, seq_ends_ptr: int, kernel: RopeKernel | None = None,
+              call: host.Call | None = None):
     """The kernel (vector when every rotated tensor allows it, else scalar; or `kernel`), its
-    launch shape and its argument values (ints, in parameter order) for one call."""
-    canon = {}
-    for st in p.streams:
-        t = p.ir.tensor(st.src)
-        canon[st.src] = strides.canonical_strides(t, arrs[st.src].strides, p.token_layout, arrs[st.src].shape)
-        canon[st.out] = strides.canonical_strides(t, outs[st.out].strides, p.token_layout, outs[st.out].shape)
+    launch shape and its argument values (ints, in parameter order) for one call. `call`: the
+    host.bind of these arrays, whose canonical strides are reused (without it they are worked out
+    here, as the CPU tests that bind host memory directly do)."""
+    if call is None:
+        canon = {}
+        for st in p.streams:
+            t = p.ir.tensor(st.src)
+            canon[st.src] = strides.canonical_strides(t, arrs[st.src].strides, p.token_layout, arrs[st.src].shape)
+            canon[st.out] = strides.canonical_strides(t, outs[st.out].strides, p.token_layout, outs[st.out].shape)
+        call = host.Call(p, None, arrs, outs, {}, canon)
+    canon = call.strides
     rotated = [(arrs[s.src].ptr, canon[s.src]) for s in p.streams] + \
               [(outs[s.out].ptr, canon[s.out]) for s in p.streams]
     k = kernel or (cfg.vec if rope_vector_ok(cfg.vec.vector, p.storage.itemsize, rotated) else cfg.scalar)
     n_seq = arrs[p.sequences].shape[0] if p.sequences else 0
     launch = rope_launch(cfg, k, B * S, n_seq)
-    call = host.Call(p, None, arrs, outs, {}, canon)
     values = call.values(k.params, launch={"tokens": B * S, "seq_len": S, "head_groups": launch.head_groups},
                          err=err_ptr, seq_ends=seq_ends_ptr)
     return k, launch, values
@@ -134,7 +139,7 @@ class RopeRunner:
             seq_ends = mem.prefix_sums(arrs[p.sequences])
         check_position_arith(p, arrs, mem, B, S)
         seq_ptr = seq_ends.ptr if seq_ends is not None and seq_ends.shape[0] else err.ptr
-        k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr)
+        k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr, call=call)
         n_seq = arrs[p.sequences].shape[0] if p.sequences else 0
         if B * S or n_seq:
             self.launch(mem, k, launch, args)
