@@ -118,12 +118,12 @@ extern "C" __global__ void __launch_bounds__(32) rms_axis_negative_broadcast_vec
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
-        Vec<x_t, V> xv[1];   // the thread's vectors of the row, kept for the second pass
+        Vec<x_t, 4> xv[1];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                xv[it] = load<x_t, V>(xr + (long long)vi * V);
+                xv[it] = load<x_t, 4>(xr + (long long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
                     const stash_t t = cvt<stash_t>(xv[it].v[l]);
@@ -138,10 +138,10 @@ extern "C" __global__ void __launch_bounds__(32) rms_axis_negative_broadcast_vec
         for (int it = 0; it < 1; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                Vec<y_t, V> yv;
+                Vec<y_t, 4> yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long long)vi * V + l, t_scale);
-                store<y_t, V>(yr + (long long)vi * V, yv);
+                store<y_t, 4>(yr + (long long)vi * V, yv);
             }
         }
     }
@@ -165,12 +165,12 @@ extern "C" __global__ void __launch_bounds__(32) rms_axis_negative_broadcast_sca
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
-        Vec<x_t, V> xv[1];   // the thread's vectors of the row, kept for the second pass
+        Vec<x_t, 1> xv[1];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                xv[it] = load<x_t, V>(xr + (long long)vi * V);
+                xv[it] = load<x_t, 1>(xr + (long long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
                     const stash_t t = cvt<stash_t>(xv[it].v[l]);
@@ -185,10 +185,10 @@ extern "C" __global__ void __launch_bounds__(32) rms_axis_negative_broadcast_sca
         for (int it = 0; it < 1; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                Vec<y_t, V> yv;
+                Vec<y_t, 1> yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long long)vi * V + l, t_scale);
-                store<y_t, V>(yr + (long long)vi * V, yv);
+                store<y_t, 1>(yr + (long long)vi * V, yv);
             }
         }
     }

@@ -113,12 +113,12 @@ extern "C" __global__ void __launch_bounds__(256) rms_last_axis_vec(
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
-        Vec<x_t, V> xv[4];   // the thread's vectors of the row, kept for the second pass
+        Vec<x_t, 4> xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                xv[it] = load<x_t, V>(xr + (long long)vi * V);
+                xv[it] = load<x_t, 4>(xr + (long long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
                     const stash_t t = cvt<stash_t>(xv[it].v[l]);
@@ -133,10 +133,10 @@ extern "C" __global__ void __launch_bounds__(256) rms_last_axis_vec(
         for (int it = 0; it < 4; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                Vec<y_t, V> yv;
+                Vec<y_t, 4> yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long long)vi * V + l, t_scale);
-                store<y_t, V>(yr + (long long)vi * V, yv);
+                store<y_t, 4>(yr + (long long)vi * V, yv);
             }
         }
     }
@@ -160,12 +160,12 @@ extern "C" __global__ void __launch_bounds__(1024) rms_last_axis_scalar(
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
-        Vec<x_t, V> xv[4];   // the thread's vectors of the row, kept for the second pass
+        Vec<x_t, 1> xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                xv[it] = load<x_t, V>(xr + (long long)vi * V);
+                xv[it] = load<x_t, 1>(xr + (long long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
                     const stash_t t = cvt<stash_t>(xv[it].v[l]);
@@ -180,10 +180,10 @@ extern "C" __global__ void __launch_bounds__(1024) rms_last_axis_scalar(
         for (int it = 0; it < 4; ++it) {
             const int vi = (int)threadIdx.x + it * BLOCK;
             if (vi < NV) {
-                Vec<y_t, V> yv;
+                Vec<y_t, 1> yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long long)vi * V + l, t_scale);
-                store<y_t, V>(yr + (long long)vi * V, yv);
+                store<y_t, 1>(yr + (long long)vi * V, yv);
             }
         }
     }

@@ -20,8 +20,8 @@ INTS = {32: "int", 64: "long long"}
 # The words of the shared SIMT templates (templates/gpu, template global `lang`, with the tables
 # above and below): the 64-bit index type and its literal suffix, a compile-time int, block-shared
 # memory, the address space of device pointers (none in CUDA), the atomic OR of the error word,
-# how a call passes an out argument (C++ references), thread and block indices, and the template
-# of macros spelling the parameterised words.
+# how a call passes an out argument (C++ references), thread and block indices, the template
+# of macros spelling the parameterised words, and the size of the block-sum scratch.
 I64 = INTS[64]
 I64_SUFFIX = "LL"
 CONST_INT = "constexpr int"
@@ -33,6 +33,8 @@ GROUP_ID = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 NUM_GROUPS = ("gridDim.x", "gridDim.y", "gridDim.z")
 LOCAL_ID = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 SIMT = "cuda/_simt.cu.j2"
+# The RMSNorm kernel attribute that sizes the block-sum scratch (one partial sum per warp).
+REDUCE_SLOTS = "warps"
 
 # Correctly rounded, never contracted arithmetic of each floating arithmetic type.
 MUL = {"f64": "__dmul_rn", "f32": "__fmul_rn"}
