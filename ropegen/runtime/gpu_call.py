@@ -119,12 +119,12 @@ class RopeRunner:
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
 
-    def __call__(self, *arrays, check: bool = True, inplace: bool = False, stream=None):
+    def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None):
         p, cfg = self.p, self.cfg
         if inplace and any(isinstance(a, np.ndarray) for a in arrays):
             raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
         mem = self.memory(stream)
-        call = host.bind(p, mem, RULES, arrays, inplace=inplace)
+        call = host.bind(p, mem, RULES, arrays, inplace=inplace, out=out)
         arrs = call.inputs
         B, S = call.tokens()
         err = mem.error_word()
@@ -178,10 +178,10 @@ class RmsRunner:
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
 
-    def __call__(self, x, scale, *, check: bool = True, stream=None):
+    def __call__(self, x, scale, *, check: bool = True, out=None, stream=None):
         p, cfg = self.p, self.cfg
         mem = self.memory(stream)
-        call = host.bind(p, mem, RULES, (x, scale))
+        call = host.bind(p, mem, RULES, (x, scale), out=out)
         xa, sa = call.inputs[p.inputs[0].name], call.inputs[p.inputs[1].name]
         if not sa.c_contiguous:
             raise ValueError(f"{p.inputs[1].name}: the scale must be C-contiguous")

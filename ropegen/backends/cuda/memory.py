@@ -62,6 +62,17 @@ class DeviceMemory:
             arr = self.cupy.empty(shape, dtype=np_dtype)
         return DeviceArray(int(arr.data.ptr), shape, c_strides(shape), name, int(arr.device.id), (arr,), "cupy")
 
+    def output(self, obj) -> DeviceArray | None:
+        """A caller's out= array on the device (None for anything else: host arrays cannot be
+        written by the kernel)."""
+        if isinstance(obj, (np.ndarray, tuple, list)) or obj is None:
+            return None
+        a = as_array(obj, self.handle)
+        if a.device is None:
+            return None
+        self.host = False
+        return a
+
     def returned(self, a: DeviceArray):
         """The caller's object (in place: every adapter keeps it last), or a NumPy copy when every
         input came from the host (in place is refused then)."""
