@@ -162,3 +162,76 @@ def test_ggml_peer_setup_turns_llama3_scaling_into_rope_freqs():
     np.testing.assert_allclose(setup["freq_factors"], want, rtol=1e-6)
     assert setup["freq_factors"][0] == 1.0 and setup["freq_factors"][-1] == pytest.approx(8.0)
     assert "freq_factors from the llama3 scaling" in setup["note"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ropegen.bench.device: the GPU targets' shared loop, driven here by a host clock on the NumPy target
+
+def _host_clock(calls: list, free_bytes=None, peers=None):
+    from ropegen.bench import device
+
+    def time(fn, repeats):
+        calls.append(fn())          # one real call: the inputs fit the kernel
+        return 0.5
+
+    return device.DeviceClock(backend="numpy", name="host", free_bytes=free_bytes, time=time,
+                              copy_ms=lambda nbytes, repeats: nbytes * 1e-6, to_device=lambda a: a,
+                              impl="ropegen host", copy_label="host copy",
+                              peers=peers or (lambda *shape: []), call=lambda kernel, inputs: kernel(*inputs))
+
+
+def test_device_run_rows_with_a_host_clock():
+    from ropegen.bench import device
+    ops = list(ropegen.compile(ROOT / "examples" / "llama3.rope"))
+    assert [op.name for op in ops] == ["llama3_8b", "llama3_8b_cached"]
+    calls: list = []
+    peer_shapes: list = []
+
+    def peers(tokens, hq, hk, d, dtype, repeats, base):
+        peer_shapes.append((tokens, dtype, base))
+        return [dict(impl="peer", ms=0.25, bytes=7), dict(impl="broken peer", ms=float("nan"), bytes=7, note="x")]
+
+    shapes = ["T=4,dtype=bf16", "T=3,HQ=4,HK=2,D=64,dtype=f32"]
+    rows = device.run(ops, shapes, 2, _host_clock(calls, peers=peers))
+    assert [(r["impl"], r["op"], r["dtype"]) for r in rows] == [
+        ("host copy", "-", "bf16"), ("ropegen host", "llama3_8b", "bf16"), ("ropegen host", "llama3_8b_cached", "bf16"),
+        ("peer", "-", "bf16"), ("broken peer", "-", "bf16"),
+        ("host copy", "-", "f32"), ("peer", "-", "f32"), ("broken peer", "-", "f32")]    # no f32 operator here
+    bf16_bytes = 2 * 4 * (32 + 8) * 128 * 2
+    f32_bytes = 2 * 3 * (4 + 2) * 64 * 4
+    for r in rows:
+        nbytes = bf16_bytes if r["dtype"] == "bf16" else f32_bytes
+        assert r["device"] == "host" and r["copy_ms"] == pytest.approx(nbytes * 1e-6)
+        if r["impl"] == "broken peer":
+            assert np.isnan(r["ratio"]) and np.isnan(r["gbps"]) and r["note"] == "x"
+            continue
+        assert r["ratio"] == pytest.approx(r["copy_ms"] / r["ms"])
+        assert r["gbps"] == pytest.approx(r["bytes"] / (r["ms"] * 1e-3) / 1e9)
+        if r["impl"] != "peer":
+            assert r["bytes"] == nbytes
+            assert (r["tokens"], r["heads_q"], r["heads_k"], r["head_dim"]) == \
+                ((4, 32, 8, 128) if r["dtype"] == "bf16" else (3, 4, 2, 64))
+    assert [r["ms"] for r in rows if r["impl"] == "ropegen host"] == [0.5, 0.5]
+    # the kernels really ran on the uploaded inputs: q_rot, k_rot at the bf16 shape
+    assert len(calls) == 2 and all([o.shape for o in outs] == [(4, 32, 128), (4, 8, 128)] for outs in calls)
+    # the peers get the operator's rope_theta (500000 for llama3_8b), the default without one
+    assert peer_shapes[0][:2] == (4, "bf16") and peer_shapes[0][2] == pytest.approx(500000.0)
+    assert peer_shapes[1] == (3, "f32", device.DEFAULT_BASE)
+    text = device.format_results(rows, "host copy")
+    assert "llama3_8b_cached" in text and "device: host; vs copy = same-run host copy time / time" in text
+
+
+def test_device_run_checks_before_touching_the_device():
+    from ropegen.bench import device
+    from ropegen.runtime.memory import TooLarge
+    op = _op("llama3.rope", "llama3_8b")
+
+    def no_device():
+        raise AssertionError("the clock was made before the host checks")
+
+    for shapes, repeats in ((["T=10000000000000"], 1), (["Q=4"], 1), (["T=4"], 0), (["T=4"], 1.5)):
+        with pytest.raises(ValueError):
+            device.run([op], shapes, repeats, no_device)
+    with pytest.raises(TooLarge, match="device memory"):
+        device.run([op], ["T=4096,dtype=bf16"], 1, lambda: _host_clock([], free_bytes=1000))
+    assert device.format_results([]) == device.format_results([], "x")
