@@ -33,6 +33,10 @@ GROUP_ID = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 NUM_GROUPS = ("gridDim.x", "gridDim.y", "gridDim.z")
 LOCAL_ID = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 SIMT = "cuda/_simt.cu.j2"
+# Spelled before a loop whose floating-point steps must run in order (never vectorized as a reduction).
+ORDERED_LOOP = ""
+# How a generated source says it must be built (a comment line).
+BUILD_NOTE = "Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags."
 # The RMSNorm kernel attribute that sizes the block-sum scratch (one partial sum per warp).
 REDUCE_SLOTS = "warps"
 
