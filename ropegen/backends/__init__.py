@@ -5,8 +5,9 @@ from ropegen.backends.base import Backend
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.cuda.backend import CudaBackend
 from ropegen.backends.numpy import NumpyBackend
+from ropegen.backends.opencl.backend import OpenCLBackend
 
-BACKENDS: tuple[Backend, ...] = (NumpyBackend(), CBackend(), CudaBackend())
+BACKENDS: tuple[Backend, ...] = (NumpyBackend(), CBackend(), CudaBackend(), OpenCLBackend())
 
 
 def names() -> tuple[str, ...]:

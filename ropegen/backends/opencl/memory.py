@@ -1,0 +1,116 @@
+"""OpenCL memory for one call (runtime/gpu_call.py's GpuMemory): uploads of NumPy inputs, pyopencl
+arrays adopted without a copy, outputs allocated like the inputs, the error word, reads back.
+
+OpenCL 1.2 hands the host no device addresses, yet the shared calling convention (aliasing, vector
+alignment, parameter values) reasons about addresses. Each buffer of a call gets a synthetic base,
+a distinct multiple of 2^48 (above any host address, so NumPy and device arrays never seem to
+overlap); an array's `ptr` is its buffer's base plus its byte offset, and `resolve` turns a
+parameter value back into (buffer, byte offset). Two views of one buffer keep their real overlap.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ropegen.ir.dtypes import DTYPES, DType, from_numpy
+from ropegen.runtime.arrays import DeviceArray, as_array
+
+BASE_BITS = 48
+
+
+class ClMemory:
+    """One call's memory on `queue`'s device (a pyopencl CommandQueue)."""
+
+    def __init__(self, queue):
+        import pyopencl as cl
+        import pyopencl.array as cla
+        self.cl, self.cla, self.queue = cl, cla, queue
+        self.host = True             # every input came from NumPy: return NumPy arrays
+        self.bases: dict[int, int] = {}          # buffer handle -> synthetic base
+        self.buffers: dict[int, object] = {}     # synthetic base -> buffer (None: a zero-size array)
+
+    def _wrap(self, arr, dtype: str, shape: tuple[int, ...] | None = None) -> DeviceArray:
+        """The DeviceArray of a pyopencl array (a buffer, a byte offset, byte strides); `shape`: the
+        NumPy array's own when it was uploaded (a rank-0 array travels as one element)."""
+        item = DTYPES[dtype].itemsize
+        if arr.offset % item or any(s % item or s < 0 for s in arr.strides):
+            raise ValueError("pyopencl arrays need offsets and strides of whole elements, none negative")
+        buf = arr.base_data
+        key = buf.int_ptr if buf is not None else -len(self.bases) - 1
+        if key not in self.bases:
+            self.bases[key] = base = (len(self.bases) + 1) << BASE_BITS
+            self.buffers[base] = buf
+        ptr = self.bases[key] + arr.offset
+        if shape is not None and shape != tuple(arr.shape):
+            return DeviceArray(ptr, shape, (), dtype, 0, (arr,), "pyopencl")
+        return DeviceArray(ptr, tuple(arr.shape), tuple(s // item for s in arr.strides), dtype, 0, (arr,), "pyopencl")
+
+    def resolve(self, ptr: int) -> tuple[object, int]:
+        """(buffer, byte offset) of a synthetic address; a zero-size array has no buffer (None)."""
+        base = ptr >> BASE_BITS << BASE_BITS
+        return self.buffers[base], ptr - base
+
+    def _is_cl(self, obj) -> bool:
+        return isinstance(obj, self.cla.Array)
+
+    def take(self, name: str, obj, rank: int) -> DeviceArray:
+        if self._is_cl(obj):
+            if obj.context != self.queue.context:
+                raise ValueError(f"{name}: the pyopencl array belongs to another OpenCL context than the call's queue")
+            dt = from_numpy(obj.dtype)
+            if dt is None:
+                raise ValueError(f"{name}: unsupported dtype {obj.dtype}")
+            self.host = False
+            return self._wrap(obj, dt.name)
+        try:
+            a = as_array(obj)
+        except TypeError:
+            raise ValueError(f"{name}: expected a NumPy array or a pyopencl array, got {type(obj).__name__}") from None
+        if a.device is not None:
+            raise ValueError(f"{name}: the OpenCL backend takes NumPy or pyopencl arrays, not device arrays of "
+                             f"{a.library}")
+        host = np.asarray(a.keep[0])
+        host = host if host.flags.c_contiguous else host.copy(order="C")   # (ascontiguousarray makes rank 0 rank 1)
+        dev = self.cla.to_device(self.queue, (host.view(np.uint16) if a.dtype == "bf16" else host).reshape(host.shape or 1))
+        return self._wrap(dev, a.dtype, tuple(host.shape))
+
+    def empty(self, shape: tuple[int, ...], dtype: DType) -> DeviceArray:
+        np_dtype = np.uint16 if (self.host and dtype.name == "bf16") else dtype.np_dtype
+        return self._wrap(self.cla.empty(self.queue, shape, np_dtype), dtype.name)
+
+    def output(self, obj) -> DeviceArray | None:
+        """A caller's out= pyopencl array (None for anything else: the kernel cannot write NumPy memory)."""
+        if not self._is_cl(obj):
+            return None
+        dt = from_numpy(obj.dtype)
+        if dt is None or obj.context != self.queue.context:
+            return None
+        self.host = False
+        return self._wrap(obj, dt.name)
+
+    def returned(self, a: DeviceArray):
+        obj = a.keep[-1]
+        if not self.host:
+            return obj
+        out = obj.get(queue=self.queue)
+        return out.view(DTYPES["bf16"].np_dtype) if a.dtype == "bf16" else out
+
+    def error_word(self) -> DeviceArray:
+        return self._wrap(self.cla.zeros(self.queue, 1, np.int32), "i32")
+
+    def to_host(self, a: DeviceArray) -> np.ndarray:
+        """The values of a (small) device array: its byte span read back, then viewed with its strides."""
+        dt = DTYPES[a.dtype].np_dtype
+        if 0 in a.shape:
+            return np.empty(a.shape, dt)
+        item = DTYPES[a.dtype].itemsize
+        buf, off = self.resolve(a.ptr)
+        span = (sum((n - 1) * s for n, s in zip(a.shape, a.strides)) + 1) * item
+        raw = np.empty(span, np.uint8)
+        self.cl.enqueue_copy(self.queue, raw, buf, src_offset=off)
+        return np.lib.stride_tricks.as_strided(raw.view(dt), a.shape, tuple(s * item for s in a.strides)).copy()
+
+    read = to_host      # status messages may name input values
+
+    def prefix_sums(self, a: DeviceArray) -> DeviceArray:
+        sums = np.cumsum(self.to_host(a).astype(np.int64))
+        return self._wrap(self.cla.to_device(self.queue, sums), "i64")
