@@ -52,6 +52,28 @@ class DeviceClock:
     call: Callable[[object, list], object] = _plain_call
 
 
+def host_timer(sync: Callable[[], object], warmup: int = 5, inner: int = 10
+               ) -> Callable[[Callable[[], object], int], float]:
+    """A DeviceClock.time for a target without device timers: the host's clock around batches of
+    `inner` calls, each batch ended by sync() (so a row is what a caller waits for), median ms per call."""
+    import statistics
+    import time
+
+    def time_ms(fn: Callable[[], object], repeats: int) -> float:
+        for _ in range(warmup):
+            fn()
+        sync()
+        times = []
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            sync()
+            times.append((time.perf_counter() - t0) * 1e3 / inner)
+        return statistics.median(times)
+    return time_ms
+
+
 def parse_shapes(shapes) -> tuple[tuple, ...]:
     """None -> DEFAULT_SHAPES; tuples pass through; CLI strings like "T=4096" (optionally
     ",dtype=f32", ",HQ=32,HK=8,D=128") pick those token counts for both default dtypes unless a dtype

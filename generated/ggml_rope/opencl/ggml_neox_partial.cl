@@ -54,6 +54,10 @@ static inline float div_f32(float a, float b) { return a / b; }
 static inline float sqrt_f32(float a) { return sqrt(a); }
 #endif
 
+// sin and cos of pi * x, and the native (fast) sin and cos of x.
+static inline void sincospi_f32(float x, float* s, float* c) { *s = sinpi(x); *c = cospi(x); }
+static inline void sincos_native(float x, float* s, float* c) { *s = native_sin(x); *c = native_cos(x); }
+
 // Conversions cvt_<from>_<to>, each rounding once to nearest even. f16 and bf16 travel as their bits.
 static inline float cvt_f32_f32(float v) { return v; }
 static inline float cvt_f16_f32(ushort v) { return vload_half(0, (const half*)&v); }
@@ -71,6 +75,7 @@ static inline double mul_f64(double a, double b) { return a * b; }
 static inline double add_f64(double a, double b) { return a + b; }
 static inline double sub_f64(double a, double b) { return a - b; }
 static inline double div_f64(double a, double b) { return a / b; }
+static inline void sincospi_f64(double x, double* s, double* c) { *s = sinpi(x); *c = cospi(x); }
 static inline double cvt_f64_f64(double v) { return v; }
 static inline double cvt_f32_f64(float v) { return (double)v; }
 static inline double cvt_f16_f64(ushort v) { return (double)cvt_f16_f32(v); }
@@ -115,18 +120,20 @@ static inline acc_t rot_sub(acc_t x, acc_t xp, acc_t c, acc_t s) { return sub_f3
 static inline acc_t rot_add(acc_t x, acc_t xp, acc_t c, acc_t s) { return add_f32(mul(x, c), mul(xp, s)); }
 
 // ggml's float32 angle numerics: theta_0 = position, theta_{c+1} = theta_c * THETA_SCALE.
-#define THETA_SCALE 0.56234133243560791f
-#define FREQ_SCALE 1.0f
-#define MSCALE 1.0f
+__constant float THETA_SCALE = 0.56234133243560791f;
+__constant float FREQ_SCALE = 1.0f;
+__constant float MSCALE = 1.0f;
 
 // cos and sin at column col from theta_col (the running product).
 static inline void ggml_cos_sin(float theta, int col, float ff, acc_t* c, acc_t* s) {
     const float te = theta;
+    (void)ff;
     const float t = mul_f32(FREQ_SCALE, te);
-    // the accurate sin and cos of the float32 angle t: reduced to turns in double, then sinpi and cospi
-    const double u = mul_f64((double)t, 0.15915494309189535);
-    const float r = convert_float_rte(2.0 * sub_f64(u, rint(u)));
-    const float sv = sinpi(r), cv = cospi(r);
+    (void)col;
+    float sv, cv;
+    // the accurate sin and cos of the float32 angle t: reduced to turns in double, then sincospif
+    const double u = (double)t * 0.15915494309189535;
+    sincospi_f32(convert_float_rte(2.0 * (u - rint(u))), &sv, &cv);
     *c = angle_in(mul_f32(cv, MSCALE));
     *s = angle_in(mul_f32(sv, MSCALE));
 }

@@ -57,6 +57,10 @@ static inline float div_f32(float a, float b) { return a / b; }
 static inline float sqrt_f32(float a) { return sqrt(a); }
 #endif
 
+// sin and cos of pi * x, and the native (fast) sin and cos of x.
+static inline void sincospi_f32(float x, float* s, float* c) { *s = sinpi(x); *c = cospi(x); }
+static inline void sincos_native(float x, float* s, float* c) { *s = native_sin(x); *c = native_cos(x); }
+
 // Conversions cvt_<from>_<to>, each rounding once to nearest even. f16 and bf16 travel as their bits.
 static inline float cvt_f32_f32(float v) { return v; }
 static inline float cvt_f16_f32(ushort v) { return vload_half(0, (const half*)&v); }
@@ -74,6 +78,7 @@ static inline double mul_f64(double a, double b) { return a * b; }
 static inline double add_f64(double a, double b) { return a + b; }
 static inline double sub_f64(double a, double b) { return a - b; }
 static inline double div_f64(double a, double b) { return a / b; }
+static inline void sincospi_f64(double x, double* s, double* c) { *s = sinpi(x); *c = cospi(x); }
 static inline double cvt_f64_f64(double v) { return v; }
 static inline double cvt_f32_f64(float v) { return (double)v; }
 static inline double cvt_f16_f64(ushort v) { return (double)cvt_f16_f32(v); }

@@ -49,6 +49,10 @@ static inline float div_f32(float a, float b) { return a / b; }
 static inline float sqrt_f32(float a) { return sqrt(a); }
 #endif
 
+// sin and cos of pi * x, and the native (fast) sin and cos of x.
+static inline void sincospi_f32(float x, float* s, float* c) { *s = sinpi(x); *c = cospi(x); }
+static inline void sincos_native(float x, float* s, float* c) { *s = native_sin(x); *c = native_cos(x); }
+
 // Conversions cvt_<from>_<to>, each rounding once to nearest even. f16 and bf16 travel as their bits.
 static inline float cvt_f32_f32(float v) { return v; }
 static inline float cvt_f16_f32(ushort v) { return vload_half(0, (const half*)&v); }
@@ -66,6 +70,7 @@ static inline double mul_f64(double a, double b) { return a * b; }
 static inline double add_f64(double a, double b) { return a + b; }
 static inline double sub_f64(double a, double b) { return a - b; }
 static inline double div_f64(double a, double b) { return a / b; }
+static inline void sincospi_f64(double x, double* s, double* c) { *s = sinpi(x); *c = cospi(x); }
 static inline double cvt_f64_f64(double v) { return v; }
 static inline double cvt_f32_f64(float v) { return (double)v; }
 static inline double cvt_f16_f64(ushort v) { return (double)cvt_f16_f32(v); }
@@ -118,6 +123,7 @@ static inline y_t finish(x_t xv, stash_t inv_rms, long n, const __global scale_t
     const x_t normalized = cvt_f32_f16(mul_f32(cvt_f16_f32(xv), inv_rms));
     return cvt_f32_f32(mul_f32(cvt_f16_f32(normalized), cvt_f32_f32(scale[scale_index(n)])));
 }
+
 
 __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_mixed_types_vec(
     __global const ushort* t_x_base, long t_x_off,

@@ -57,6 +57,10 @@ static inline float div_f32(float a, float b) { return a / b; }
 static inline float sqrt_f32(float a) { return sqrt(a); }
 #endif
 
+// sin and cos of pi * x, and the native (fast) sin and cos of x.
+static inline void sincospi_f32(float x, float* s, float* c) { *s = sinpi(x); *c = cospi(x); }
+static inline void sincos_native(float x, float* s, float* c) { *s = native_sin(x); *c = native_cos(x); }
+
 // Conversions cvt_<from>_<to>, each rounding once to nearest even. f16 and bf16 travel as their bits.
 static inline float cvt_f32_f32(float v) { return v; }
 static inline float cvt_f16_f32(ushort v) { return vload_half(0, (const half*)&v); }
@@ -74,6 +78,7 @@ static inline double mul_f64(double a, double b) { return a * b; }
 static inline double add_f64(double a, double b) { return a + b; }
 static inline double sub_f64(double a, double b) { return a - b; }
 static inline double div_f64(double a, double b) { return a / b; }
+static inline void sincospi_f64(double x, double* s, double* c) { *s = sinpi(x); *c = cospi(x); }
 static inline double cvt_f64_f64(double v) { return v; }
 static inline double cvt_f32_f64(float v) { return (double)v; }
 static inline double cvt_f16_f64(ushort v) { return (double)cvt_f16_f32(v); }
@@ -138,13 +143,14 @@ __constant double INV_FREQ[16] = {
 };
 
 // cos and sin of an angle held in double: reduced to turns in double (exact subtraction), then
-// sinpi and cospi in float.
+// sincospi_f32; no large-argument path is ever taken.
 static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
-    const double u = mul_f64(theta, 0.15915494309189535);   // turns
-    const double f = sub_f64(u, rint(u));                            // in [-1/2, 1/2]
-    const float t = convert_float_rte(2.0 * f);
-    *c = angle_in(mul_f32(cospi(t), 1.0f));
-    *s = angle_in(mul_f32(sinpi(t), 1.0f));
+    const double u = theta * 0.15915494309189535;   // turns
+    const double f = u - rint(u);                                   // in [-1/2, 1/2]
+    float sv, cv;
+    sincospi_f32(convert_float_rte(2.0 * f), &sv, &cv);
+    *c = angle_in(mul_f32(cv, 1.0f));
+    *s = angle_in(mul_f32(sv, 1.0f));
 }
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_2d_vec(

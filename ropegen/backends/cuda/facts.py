@@ -50,8 +50,19 @@ SQRT = {"f64": "__dsqrt_rn", "f32": "__fsqrt_rn"}
 # A float literal of each arithmetic type that reads back exactly.
 LITERAL = {"f64": c_double, "f32": c_float}
 
-# float sincos by trig mode (the spec's `trig fast` opts into the intrinsic).
+# float sincos by trig mode (the spec's `trig fast` opts into the intrinsic), and sincos of pi * x.
 SINCOSF = {"accurate": "sincosf", "fast": "__sincosf"}
+SINCOSPI = {"f64": "sincospi", "f32": "sincospif"}
+D2F = "__double2float_rn"     # double to float, to nearest even
+
+# Spellings of the shared angle functions (templates/gpu/_angle_functions.inc.j2): a device-wide
+# constant, an inlined device function, an out parameter and its assignment, a float constant.
+DEVICE_CONST = "__device__ const"
+FUNC = "__device__ __forceinline__"
+OUT_PARAM = "&"
+OUT_REF = ""
+CONST_FLOAT = "constexpr float"
+CONST_I64 = "constexpr long long"
 
 
 def param_type(dtype_name: str | None, const: bool, bits: int) -> str:

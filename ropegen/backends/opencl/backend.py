@@ -60,12 +60,11 @@ def _probe() -> str | None:
         queue = default_queue()
     except Exception as e:  # noqa: BLE001 - any failure means: cannot run here
         return f"no OpenCL device ({type(e).__name__}: {str(e).splitlines()[0]}); pip install 'ropegen[opencl]'"
-    try:
+    try:   # pip's PoCL 3.0 (LLVM 14), e.g., builds nothing on CPUs newer than its LLVM
         cl.Program(queue.context, "__kernel void probe(__global int* x) { x[0] = 1; }").build()
     except Exception as e:  # noqa: BLE001
-        errors = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower() and "clBuildProgram" not in ln]
-        return (f"the OpenCL device '{queue.device.name}' ({queue.device.platform.version}) cannot build a "
-                f"kernel: {errors[0] if errors else str(e).splitlines()[0]}")
+        why = [ln.strip() for ln in str(e).splitlines() if "error:" in ln] or str(e).splitlines()[:1]
+        return f"the OpenCL device '{queue.device.name}' ({queue.device.platform.version}) cannot build: {why[0]}"
     return None
 
 
@@ -117,36 +116,26 @@ class OpenCLBackend(GpuBackend):
 
 
 def _launcher(loader, source: str):
-    """launch(memory, kernel record, Launch, values): builds the program once per context and keeps
-    each kernel object."""
+    """launch(memory, kernel record, Launch, values) of one operator: its program built once per
+    context, its kernel objects kept, pointers passed as (buffer, element offset)."""
     programs: dict[int, object] = {}
     kernels: dict[tuple[int, str], object] = {}
 
     def launch(mem: ClMemory, k, shape, values: list) -> None:
         import pyopencl as cl
-        queue = mem.queue
+        queue, block = mem.queue, shape.block[0]
         ctx = queue.context.int_ptr
-        if ctx not in programs:
-            programs[ctx] = _build(loader, source, queue)
-        key = (ctx, k.name)
-        if key not in kernels:
-            kernels[key] = cl.Kernel(programs[ctx], k.name)
-        kern = kernels[key]
-        args = [mem.resolve(v) if prm.is_pointer else v for prm, v in zip(k.params, values)]
-        args = [_element(a, prm) if prm.is_pointer else a for a, prm in zip(args, k.params)]
-        block = shape.block[0]
+        if (ctx, k.name) not in kernels:
+            if ctx not in programs:
+                programs[ctx] = _build(loader, source, queue)
+            kernels[ctx, k.name] = cl.Kernel(programs[ctx], k.name)
         if block > queue.device.max_work_group_size:
             raise OpenCLError(f"{k.name} needs work-groups of {block} work-items; the OpenCL device "
                               f"'{queue.device.name}' allows {queue.device.max_work_group_size}")
-        kern(queue, (shape.grid[0] * block, shape.grid[1], shape.grid[2]), (block, 1, 1),
-             *loader.arguments(k.name, args))
+        args = [mem.resolve(v, prm.dtype.itemsize) if prm.is_pointer else v for prm, v in zip(k.params, values)]
+        kernels[ctx, k.name](queue, (shape.grid[0] * block, shape.grid[1], shape.grid[2]), (block, 1, 1),
+                             *loader.arguments(k.name, args))
     return launch
-
-
-def _element(resolved, prm):
-    """(buffer, element offset) of a pointer parameter (a zero-size array has no buffer: NULL)."""
-    buf, offset = resolved
-    return buf, offset // prm.dtype.itemsize
 
 
 def _build(loader, source: str, queue):

@@ -43,6 +43,17 @@ DIV = {"f64": "div_f64", "f32": "div_f32"}
 SQRT = {"f64": "sqrt", "f32": "sqrt_f32"}
 LITERAL = {"f64": c_double, "f32": c_float}
 
+# sincos by trig mode and sincos of pi * x (functions of the prelude over OpenCL's sin/cos builtins).
+SINCOSF = {"accurate": "sincospi_f32", "fast": "sincos_native"}
+SINCOSPI = {"f64": "sincospi_f64", "f32": "sincospi_f32"}
+D2F = "convert_float_rte"
+DEVICE_CONST = "__constant"
+FUNC = "static inline"
+OUT_PARAM = "*"
+OUT_REF = "*"
+CONST_FLOAT = "__constant float"
+CONST_I64 = "__constant long"
+
 # Options every program is built with: OpenCL C 1.2, correctly rounded f32 division and square root
 # (what a device without cl_khr_fp64 needs; the prelude goes through double where it can).
 # Never -cl-fast-relaxed-math, -cl-mad-enable or -cl-unsafe-math-optimizations.
@@ -51,21 +62,16 @@ BUILD_NOTE = ("Build with " + " ".join(BUILD_OPTIONS) + " and no fast-math optio
               "contraction off.")
 
 
-def param_type(dtype_name: str | None, const: bool, bits: int) -> str:
-    """How a kernel signature spells a parameter's type: `__global [const ]T*` for a pointer to
-    dtype `dtype_name`, the integer type of width `bits` for a value."""
-    if dtype_name is None:
-        return INTS[bits]
-    return "__global " + ("const " if const else "") + TYPES[dtype_name] + "*"
-
-
 class Param(abi.Param):
-    """lower/abi.Param with its OpenCL type. A pointer is passed as a buffer and an element offset
-    (OpenCL 1.2 has no device addresses on the host): `<name>_base` and `<name>_off`."""
+    """lower/abi.Param with its OpenCL type: `__global [const ]T*` or the integer of its width. A
+    pointer is passed as a buffer and an element offset, `<name>_base` and `<name>_off` (OpenCL 1.2
+    gives the host no device addresses)."""
 
     @property
     def ctype(self) -> str:
-        return param_type(self.dtype.name if self.dtype else None, self.const, self.bits)
+        if self.dtype is None:
+            return INTS[self.bits]
+        return "__global " + ("const " if self.const else "") + TYPES[self.dtype.name] + "*"
 
 
 # Words a tensor name may not be: the kernel parameters are prefixed (t_, x_, y_), so OpenCL adds

@@ -44,23 +44,25 @@ class ClMemory:
             return DeviceArray(ptr, shape, (), dtype, 0, (arr,), "pyopencl")
         return DeviceArray(ptr, tuple(arr.shape), tuple(s // item for s in arr.strides), dtype, 0, (arr,), "pyopencl")
 
-    def resolve(self, ptr: int) -> tuple[object, int]:
-        """(buffer, byte offset) of a synthetic address; a zero-size array has no buffer (None)."""
+    def resolve(self, ptr: int, itemsize: int = 1) -> tuple[object, int]:
+        """(buffer, offset in items of `itemsize` bytes) of a synthetic address; a zero-size array
+        has no buffer (None: a NULL kernel argument)."""
         base = ptr >> BASE_BITS << BASE_BITS
-        return self.buffers[base], ptr - base
+        return self.buffers[base], (ptr - base) // itemsize
 
-    def _is_cl(self, obj) -> bool:
-        return isinstance(obj, self.cla.Array)
+    def _adopt(self, name: str, obj) -> DeviceArray:
+        """A caller's pyopencl array, in place: same context as the call's queue, a ropegen dtype."""
+        if obj.context != self.queue.context:
+            raise ValueError(f"{name}: the pyopencl array belongs to another OpenCL context than the call's queue")
+        dt = from_numpy(obj.dtype)
+        if dt is None:
+            raise ValueError(f"{name}: unsupported dtype {obj.dtype}")
+        self.host = False
+        return self._wrap(obj, dt.name)
 
     def take(self, name: str, obj, rank: int) -> DeviceArray:
-        if self._is_cl(obj):
-            if obj.context != self.queue.context:
-                raise ValueError(f"{name}: the pyopencl array belongs to another OpenCL context than the call's queue")
-            dt = from_numpy(obj.dtype)
-            if dt is None:
-                raise ValueError(f"{name}: unsupported dtype {obj.dtype}")
-            self.host = False
-            return self._wrap(obj, dt.name)
+        if isinstance(obj, self.cla.Array):
+            return self._adopt(name, obj)
         try:
             a = as_array(obj)
         except TypeError:
@@ -78,14 +80,10 @@ class ClMemory:
         return self._wrap(self.cla.empty(self.queue, shape, np_dtype), dtype.name)
 
     def output(self, obj) -> DeviceArray | None:
-        """A caller's out= pyopencl array (None for anything else: the kernel cannot write NumPy memory)."""
-        if not self._is_cl(obj):
-            return None
-        dt = from_numpy(obj.dtype)
-        if dt is None or obj.context != self.queue.context:
-            return None
-        self.host = False
-        return self._wrap(obj, dt.name)
+        """A caller's out= pyopencl array; None for a tuple or list of them (the convention asks each)."""
+        if isinstance(obj, np.ndarray):
+            raise ValueError("out=: the OpenCL kernels write pyopencl arrays; NumPy inputs get new NumPy outputs")
+        return self._adopt("out", obj) if isinstance(obj, self.cla.Array) else None
 
     def returned(self, a: DeviceArray):
         obj = a.keep[-1]
