@@ -119,8 +119,9 @@ class RopeRunner:
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
 
-    def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None):
+    def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None, **options):
         p, cfg = self.p, self.cfg
+        _no_options(options, self.kernel_word)
         if inplace and any(isinstance(a, np.ndarray) for a in arrays):
             raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
         mem = self.memory(stream)
@@ -146,7 +147,10 @@ class RopeRunner:
         if check:
             code = status.from_word(int(mem.to_host(err)[0]))
             if code:
-                raise status.error(p, code, call.shapes, None, self.kernel_word)
+                exc = status.error(p, code, call.shapes, None, self.kernel_word)
+                if inplace or out is not None:   # every thread ran: the tokens that could be rotated were
+                    exc.args = (f"{exc.args[0]} (the outputs' other tokens were written)",)
+                raise exc
         # keep every input alive until the launch is queued; results as NumPy when inputs were
         return call.returned()
 
@@ -178,10 +182,12 @@ class RmsRunner:
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
 
-    def __call__(self, x, scale, *, check: bool = True, out=None, stream=None):
+    def __call__(self, x, scale, *, check: bool = True, inplace: bool = False, out=None, stream=None,
+                 **options):
         p, cfg = self.p, self.cfg
+        _no_options(options, self.kernel_word)
         mem = self.memory(stream)
-        call = host.bind(p, mem, RULES, (x, scale), out=out)
+        call = host.bind(p, mem, RULES, (x, scale), out=out, inplace=inplace)
         xa, sa = call.inputs[p.inputs[0].name], call.inputs[p.inputs[1].name]
         if not sa.c_contiguous:
             raise ValueError(f"{p.inputs[1].name}: the scale must be C-contiguous")
@@ -195,6 +201,13 @@ class RmsRunner:
         if rows:
             self.launch(mem, k, rms_launch(k, rows), args)
         return call.returned()
+
+
+def _no_options(options: dict, kernel_word: str) -> None:
+    """A ValueError naming the options a GPU call does not take (threads= is the C backend's)."""
+    if options:
+        raise ValueError(f"{kernel_word} takes no option {', '.join(map(repr, sorted(options)))}; its options "
+                         f"are check, inplace, out and stream")
 
 
 # The runner of each operator kind (the plan's `.kind` word).
