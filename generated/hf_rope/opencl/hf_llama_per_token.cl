@@ -25,8 +25,8 @@
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
 //   2 = sequence lengths negative or not summing to the tokens. Zero it before, read it after.
-//   OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
-//   element offset P_off.
+// OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
+// element offset P_off.
 
 // OpenCL C 1.2. No product or sum is contracted into a fused multiply-add (FP_CONTRACT OFF). f32
 // division and square root are correctly rounded: through double where the device has cl_khr_fp64

@@ -13,6 +13,14 @@ from ropegen.bench import device
 COPY_LABEL = "OpenCL buffer copy"
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from ropegen.backends.opencl.backend import OpenCLError
+    return (OpenCLError,)
+
+
+USER_ERRORS = _user_errors()      # the device cannot build or run an operator: the CLI says so, exit 2
+
+
 def clock() -> device.DeviceClock:
     """The clock of the default OpenCL device (backend.default_queue: PYOPENCL_CTX, else the first GPU)."""
     import pyopencl as cl
