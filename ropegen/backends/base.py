@@ -23,6 +23,7 @@ class Backend(ABC):
     comment: str         # line-comment marker of the generated language
     ready: bool = True   # False while a target is announced but not built
     reserved: frozenset[str] = frozenset()   # words a tensor name may not be (it becomes a parameter)
+    run_options: frozenset[str] = frozenset()   # the keyword options a loaded kernel takes
 
     def template(self, plan: Plan, suffix: str) -> str:
         return f"{self.folder}/{plan.kind}.{suffix}.j2"

@@ -16,6 +16,7 @@ class GpuBackend(Backend):
     memory: type          # its runtime/gpu_call.GpuMemory implementation
     suffix: str           # the source file suffix ("cu"); templates are <kind>.<suffix>.j2
     kernel_word: str      # how status messages name its kernels ("the CUDA kernel")
+    run_options = frozenset({"check", "inplace", "out", "stream"})   # runtime/gpu_call.py's runners
 
     def config(self, plan) -> Any:
         return CONFIGS[plan.kind](plan, self.facts.Param)

@@ -36,6 +36,8 @@ class GpuMemory(Protocol):
 
     def prefix_sums(self, a: DeviceArray) -> DeviceArray:
         """The int64 inclusive prefix sums of an integer vector, on the device."""
+    # optional: writes_back = True when NumPy arrays may be outputs (in place, out=): the memory runs
+    # the kernel on device copies and `returned` copies the results into them
 
 
 # launch(memory, kernel, launch shape, argument values in parameter order)
@@ -122,9 +124,9 @@ class RopeRunner:
     def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None, **options):
         p, cfg = self.p, self.cfg
         _no_options(options, self.kernel_word)
-        if inplace and any(isinstance(a, np.ndarray) for a in arrays):
-            raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
         mem = self.memory(stream)
+        if inplace and not getattr(mem, "writes_back", False) and any(isinstance(a, np.ndarray) for a in arrays):
+            raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
         call = host.bind(p, mem, RULES, arrays, inplace=inplace, out=out)
         arrs = call.inputs
         B, S = call.tokens()
@@ -158,6 +160,8 @@ class RopeRunner:
 def row_stride(p: RmsNormPlan, xa: DeviceArray) -> int:
     """The one element stride between rows of x; ValueError when its layout has none."""
     inner = len(p.norm_shape)
+    if 0 in xa.shape:
+        return p.norm_size   # no rows: no layout to read
     if xa.strides[len(xa.shape) - inner:] != c_strides(xa.shape[len(xa.shape) - inner:]) and p.norm_size > 1:
         raise ValueError(f"{p.inputs[0].name}: the normalized axes must be C-contiguous")
     outer_shape = xa.shape[:len(xa.shape) - inner]

@@ -160,8 +160,11 @@ __constant double INV_FREQ[32] = {
 // cos and sin of an angle held in double: reduced to turns in double (exact subtraction), then
 // sincospi_f32; no large-argument path is ever taken.
 static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
-    const double u = theta * 0.15915494309189535;   // turns
-    const double f = u - rint(u);                                   // in [-1/2, 1/2]
+    // turns u + du = theta / (2 pi) to about 2^-100 relative: 1 / (2 pi) split in two doubles, the
+    // product's rounding error recovered exactly by fma (else positions past ~1e6 lose bits here)
+    const double u = theta * 0.15915494309189535;
+    const double du = fma(theta, 0.15915494309189535, -u) + theta * -9.8393383375912429e-18;
+    const double f = (u - rint(u)) + du;                            // in about [-1/2, 1/2]
     float sv, cv;
     sincospi_f32(convert_float_rte(2.0 * f), &sv, &cv);
     *c = angle_in(mul_f32(cv, 1.0f));

@@ -24,6 +24,7 @@ class CBackend(Backend):
     folder = "c"
     comment = "//"
     reserved = C_KEYWORDS
+    run_options = frozenset({"threads", "out", "inplace"})
 
     def context(self, plan: Plan) -> dict:
         """What templates/c print: the plan's render context and the status table of the header."""

@@ -11,10 +11,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from ropegen.ir.dtypes import DTYPES, DType, from_numpy
+from ropegen.runtime import aliasing
 from ropegen.runtime.arrays import DeviceArray, as_array
 
 BASE_BITS = 48
+
+
+@dataclass
+class HostBacked(DeviceArray):
+    """The device copy of a caller's NumPy array: the kernel reads and writes the copy, the
+    convention's aliasing and writeable checks see the NumPy array, and `returned` writes results
+    back into it (in place and out= on NumPy arrays, as the C backend takes them)."""
+
+    host: np.ndarray | None = None
+
+    @property
+    def extent(self) -> aliasing.Extent:
+        h = self.host
+        return aliasing.Extent(h.__array_interface__["data"][0], h.shape, h.strides, h.itemsize)
+
+    @property
+    def writeable(self) -> bool:
+        return bool(self.host.flags.writeable)
 
 
 class ClMemory:
@@ -25,12 +46,13 @@ class ClMemory:
         import pyopencl.array as cla
         self.cl, self.cla, self.queue = cl, cla, queue
         self.host = True             # every input came from NumPy: return NumPy arrays
+        self.writes_back = True      # NumPy arrays may be outputs (HostBacked)
         self.bases: dict[int, int] = {}          # buffer handle -> synthetic base
         self.buffers: dict[int, object] = {}     # synthetic base -> buffer (None: a zero-size array)
 
-    def _wrap(self, arr, dtype: str, shape: tuple[int, ...] | None = None) -> DeviceArray:
-        """The DeviceArray of a pyopencl array (a buffer, a byte offset, byte strides); `shape`: the
-        NumPy array's own when it was uploaded (a rank-0 array travels as one element)."""
+    def _wrap(self, arr, dtype: str, host: np.ndarray | None = None) -> DeviceArray:
+        """The DeviceArray of a pyopencl array (a buffer, a byte offset, byte strides); `host`: the
+        NumPy array it is a copy of (its shape: a rank-0 array travels as one element)."""
         item = DTYPES[dtype].itemsize
         if arr.offset % item or any(s % item or s < 0 for s in arr.strides):
             raise ValueError("pyopencl arrays need offsets and strides of whole elements, none negative")
@@ -40,9 +62,10 @@ class ClMemory:
             self.bases[key] = base = (len(self.bases) + 1) << BASE_BITS
             self.buffers[base] = buf
         ptr = self.bases[key] + arr.offset
-        if shape is not None and shape != tuple(arr.shape):
-            return DeviceArray(ptr, shape, (), dtype, 0, (arr,), "pyopencl")
-        return DeviceArray(ptr, tuple(arr.shape), tuple(s // item for s in arr.strides), dtype, 0, (arr,), "pyopencl")
+        strides = tuple(s // item for s in arr.strides)
+        if host is not None:
+            return HostBacked(ptr, host.shape, strides if host.ndim else (), dtype, 0, (arr,), "pyopencl", host)
+        return DeviceArray(ptr, tuple(arr.shape), strides, dtype, 0, (arr,), "pyopencl")
 
     def resolve(self, ptr: int, itemsize: int = 1) -> tuple[object, int]:
         """(buffer, offset in items of `itemsize` bytes) of a synthetic address; a zero-size array
@@ -70,27 +93,40 @@ class ClMemory:
         if a.device is not None:
             raise ValueError(f"{name}: the OpenCL backend takes NumPy or pyopencl arrays, not device arrays of "
                              f"{a.library}")
-        host = np.asarray(a.keep[0])
-        host = host if host.flags.c_contiguous else host.copy(order="C")   # (ascontiguousarray makes rank 0 rank 1)
-        dev = self.cla.to_device(self.queue, (host.view(np.uint16) if a.dtype == "bf16" else host).reshape(host.shape or 1))
-        return self._wrap(dev, a.dtype, tuple(host.shape))
+        return self._upload(np.asarray(a.keep[0]), a.dtype)
+
+    def _upload(self, host: np.ndarray, dtype: str, copy: bool = True) -> HostBacked:
+        """A device copy of `host` (its values when `copy`, else uninitialised)."""
+        raw = host.view(np.uint16) if dtype == "bf16" else host
+        if copy:
+            dense = raw if raw.flags.c_contiguous else raw.copy(order="C")  # (ascontiguousarray: rank 0 -> 1)
+            dev = self.cla.to_device(self.queue, dense.reshape(host.shape or 1))
+        else:
+            dev = self.cla.empty(self.queue, host.shape or 1, raw.dtype)
+        return self._wrap(dev, dtype, host)
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> DeviceArray:
         np_dtype = np.uint16 if (self.host and dtype.name == "bf16") else dtype.np_dtype
         return self._wrap(self.cla.empty(self.queue, shape, np_dtype), dtype.name)
 
     def output(self, obj) -> DeviceArray | None:
-        """A caller's out= pyopencl array; None for a tuple or list of them (the convention asks each)."""
+        """A caller's out= array (pyopencl, or NumPy written back after the kernel); None for a tuple
+        or list of them (the convention asks each) or an array of a dtype ropegen has no row for."""
         if isinstance(obj, np.ndarray):
-            raise ValueError("out=: the OpenCL kernels write pyopencl arrays; NumPy inputs get new NumPy outputs")
+            dt = from_numpy(obj.dtype)
+            return self._upload(obj, dt.name, copy=False) if dt is not None else None
         return self._adopt("out", obj) if isinstance(obj, self.cla.Array) else None
 
     def returned(self, a: DeviceArray):
         obj = a.keep[-1]
-        if not self.host:
-            return obj
+        if isinstance(a, HostBacked):     # a caller's NumPy array (in place, out=): the results go into it
+            np.copyto(a.host, self._get(obj, a.dtype).reshape(a.host.shape))
+            return a.host
+        return obj if not self.host else self._get(obj, a.dtype)
+
+    def _get(self, obj, dtype: str) -> np.ndarray:
         out = obj.get(queue=self.queue)
-        return out.view(DTYPES["bf16"].np_dtype) if a.dtype == "bf16" else out
+        return out.view(DTYPES["bf16"].np_dtype) if dtype == "bf16" else out
 
     def error_word(self) -> DeviceArray:
         return self._wrap(self.cla.zeros(self.queue, 1, np.int32), "i32")

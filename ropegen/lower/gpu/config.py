@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ropegen import exact
 from ropegen.lower.abi import Param
 from ropegen.lower.gpu import launch as gpu
 from ropegen.lower.gpu.abi import rms_params, rope_params
@@ -26,8 +27,9 @@ ERR_SEQUENCES = int(Status.ESEQUENCES)
 
 # Angles are reduced to turns in double, u = theta / (2 pi), then sin(pi * 2(u - rint(u))) comes
 # from sincospi(f): no Payne-Hanek path, no local memory, for any angle.
-INV_TWO_PI = 0.15915494309189535   # 1 / (2 pi), the double nearest to it
-TWO_PI = 6.283185307179586
+INV_TWO_PI = exact.f64(1 / (2 * exact.pi()))                       # 1 / (2 pi), the nearest double
+INV_TWO_PI_LO = exact.f64(1 / (2 * exact.pi()) - exact.real(INV_TWO_PI))   # and the rest of it
+TWO_PI = exact.f64(2 * exact.pi())
 
 
 class AngleMode(enum.Enum):
@@ -108,7 +110,7 @@ CONSTS = {
     AngleMode.TABLE: lambda a: {},
     AngleMode.EXACT: lambda a: {"inv_freq": a.inv_freq, "magnitude": a.magnitude,
                                 "magnitude_f": float(np.float32(a.magnitude)), "two_pi": TWO_PI,
-                                "inv_two_pi": INV_TWO_PI},
+                                "inv_two_pi": INV_TWO_PI, "inv_two_pi_lo": INV_TWO_PI_LO},
     AngleMode.GGML: lambda a: {"theta_scale": a.theta_scale, "freq_scale": a.freq_scale, "mscale": a.mscale,
                                "ramp": a.ramp, "one_minus_ramp": a.one_minus_ramp, "inv_two_pi": INV_TWO_PI},
 }
