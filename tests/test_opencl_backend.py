@@ -673,3 +673,22 @@ def test_build_refuses_a_device_without_fp64_or_correct_rounding():
         clb._build(_Fake(build=fails), "double x;", _Fake(device=rounded, context=None))
     with pytest.raises(clb.OpenCLError, match="the OpenCL build failed on 'Tiny GPU'"):
         clb._build(_Fake(build=fails), "float x;", _Fake(device=rounded, context=None))
+
+
+@device
+@pytest.mark.parametrize("compute", ["f64", "f32"])
+def test_exact_angles_at_large_positions(compute):
+    # was a mismatch for compute f64 (abs 4e-7): theta / (2 pi) rounded once in double loses the
+    # turn's low bits at positions past ~1e6; the kernels now recover them with a split constant
+    from ropegen.crosscheck import compare
+    from ropegen.ops import reference
+    op = ropegen.compile(f"""
+rope big {{ in x: {compute}[tokens=T, heads=2, head_dim=16] in pos: i64[T]
+  out y = rotate(x) pairing = neox positions = pos angles = computed(base = 10000) compute = {compute} }}
+""")["big"]
+    pos = np.array([0, 1, 1_000_003, 2**31 - 1, 2**40 + 12345, -(2**35)], np.int64)
+    x = np.random.default_rng(3).standard_normal((pos.size, 2, 16)).astype(compute.replace("f", "float"))
+    want = reference.evaluate(op.ir, {"x": x, "pos": pos})["y"]
+    got, = _run_cl(op, [x, pos])
+    m_abs, m_rel, ok = compare(got, want, op.plan.storage, 1.0)
+    assert ok, (m_abs, m_rel)
