@@ -232,6 +232,39 @@ def yarn_scaled(inv, m, s: ir.GgmlYarnScaling, d, base, n):
     return inv, m
 
 
+def hf_yarn_scaled(inv, m, s: ir.YarnScaling, d, base, n):
+    # transformers `_compute_yarn_parameters`: find_correction_range, linear_ramp_factor, the blend
+    def corr(rot):
+        return d * math.log(s.original_max_positions / (rot * 2 * math.pi)) / (2 * math.log(base))
+    low, high = corr(s.beta_fast), corr(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(n) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv = (inv / s.factor) * (1 - extrapolation) + inv * extrapolation
+
+    def get_mscale(scale, k=1.0):
+        return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+    if s.attention_factor is not None:
+        gain = s.attention_factor
+    elif s.mscale and s.mscale_all_dim:
+        gain = get_mscale(s.factor, s.mscale) / get_mscale(s.factor, s.mscale_all_dim)
+    else:
+        gain = get_mscale(s.factor)
+    return inv, m * gain
+
+
+def ntk_scaled(inv, m, s: ir.NtkScaling, d, base, n):
+    # NTK-aware: a new base, base * a^(d / (d - 2)), then the usual base^(-2i/d)
+    if d <= 2:
+        return inv, m
+    new_base = base * s.a ** (d / (d - 2))
+    return np.array([new_base ** (-(2.0 * i) / d) for i in range(n)]), m
+
+
 def ggml_unscaled(s, d, base):
     """ggml's parameters (freq_scale, ext_factor, attn_factor, corr low, corr high) without scaling."""
     f32 = np.float32

@@ -48,11 +48,36 @@ class GgmlYarnScaling:
 
 
 @dataclass(frozen=True)
+class YarnScaling:
+    """YaRN in the Hugging Face / vLLM form (DeepSeek's mscale pair and gpt-oss's truncate included);
+    None: the argument was not given (the magnitude rule depends on which ones are)."""
+
+    factor: float
+    original_max_positions: int
+    beta_fast: float
+    beta_slow: float
+    mscale: float | None
+    mscale_all_dim: float | None
+    attention_factor: float | None
+    truncate: bool
+
+
+@dataclass(frozen=True)
+class NtkScaling:
+    """Static NTK-aware scaling: the base becomes base * a^(d / (d - 2)), a = factor or alpha."""
+
+    a: float
+    word: str              # how the spec named it: factor or alpha
+
+
+@dataclass(frozen=True)
 class Arg:
     name: str
-    default: float | None = None    # None: the argument is required
+    default: float | None = None    # None: the argument is required (unless optional)
     integer: bool = False
     positive: bool = True           # else: must not be negative
+    optional: bool = False          # may be left out: its value is then None
+    boolean: bool = False           # true | false
 
 
 @dataclass(frozen=True)
@@ -98,6 +123,67 @@ def _llama3_frequencies(inv: list, s: Llama3Scaling, dim: int, base: float):
             sigma = 0 if hi_f == lo_f else (old / w - lo_f) / (hi_f - lo_f)
             out.append((1 - sigma) * f / factor + sigma * f)
     return out, exact.real(1)
+
+
+def _hf_yarn(cx, v: A.Call, nodes: dict, vals: dict) -> YarnScaling:
+    if vals["beta_slow"] >= vals["beta_fast"]:
+        cx.fail("C029", "beta_fast must be above beta_slow (rotations at the high- and low-frequency ends)", v.loc)
+    return YarnScaling(vals["factor"], int(vals["original_max_positions"]), vals["beta_fast"], vals["beta_slow"],
+                       vals["mscale"], vals["mscale_all_dim"], vals["attention_factor"], vals["truncate"])
+
+
+def _mscale(s, k) -> exact.Real:
+    """HF's get_mscale: 1 for s <= 1, else 0.1 k ln(s) + 1."""
+    s = exact.real(s)
+    return exact.real(1) if s <= 1 else exact.real("0.1") * exact.real(k) * exact.log(s) + 1
+
+
+def hf_yarn_range(s: YarnScaling, dim: int, base: float) -> tuple[exact.Real, exact.Real]:
+    """HF's find_correction_range: the pair indices where the ramp starts and ends."""
+    import mpmath
+
+    def corr(rot) -> exact.Real:
+        return exact.real(dim) * exact.log(exact.real(s.original_max_positions) / (exact.real(rot) * 2 * exact.pi())) \
+            / (2 * exact.log(base))
+    low, high = corr(s.beta_fast), corr(s.beta_slow)
+    if s.truncate:
+        low, high = exact.real(mpmath.floor(low)), exact.real(mpmath.ceil(high))
+    low, high = max(low, exact.real(0)), min(high, exact.real(dim - 1))
+    if low == high:
+        high += exact.real("0.001")
+    return low, high
+
+
+def _hf_yarn_frequencies(inv: list, s: YarnScaling, dim: int, base: float):
+    """HF `_compute_yarn_parameters` in exact arithmetic: inv/factor where the ramp is 1 (long
+    wavelengths), inv where it is 0, linear between; magnitude attention_factor, else the mscale rule."""
+    low, high = hf_yarn_range(s, dim, base)
+    factor = exact.real(s.factor)
+    out = []
+    for i, f in enumerate(inv):
+        ramp = min(exact.real(1), max(exact.real(0), (i - low) / (high - low)))
+        out.append(f / factor * ramp + f * (1 - ramp))
+    if s.attention_factor is not None:
+        gain = exact.real(s.attention_factor)
+    elif s.mscale and s.mscale_all_dim:
+        gain = _mscale(s.factor, s.mscale) / _mscale(s.factor, s.mscale_all_dim)
+    else:
+        gain = _mscale(s.factor, 1)
+    return out, gain
+
+
+def _ntk(cx, v: A.Call, nodes: dict, vals: dict) -> NtkScaling:
+    given = [k for k in ("factor", "alpha") if vals[k] is not None]
+    if len(given) != 1:
+        cx.fail("C011", "ntk takes one of factor or alpha", v.loc, "ntk(factor = 4) or ntk(alpha = 1000)")
+    return NtkScaling(vals[given[0]], given[0])
+
+
+def _ntk_frequencies(inv: list, s: NtkScaling, dim: int, base: float):
+    """base' = base * a^(d/(d-2)), so inv_i = base'^(-2i/d) = inv_i * a^(-2i/(d-2)), exactly."""
+    if dim <= 2:
+        return list(inv), exact.real(1)
+    return [f * exact.power(s.a, -2 * i, dim - 2) for i, f in enumerate(inv)], exact.real(1)
 
 
 def _yarn(cx, v: A.Call, nodes: dict, vals: dict) -> GgmlYarnScaling:
@@ -156,6 +242,16 @@ SCALINGS: tuple[ScalingForm, ...] = (
                 build=_llama3, frequencies=_llama3_frequencies, ggml=None,
                 reference="llama3_scaled", ggml_reference=None,
                 llama_cpp=lambda s, ggml: ({"n_ctx_orig": s.original_max_positions}, None)),
+    ScalingForm("yarn", YarnScaling,
+                (Arg("factor"), Arg("original_max_positions", integer=True), Arg("beta_fast", 32.0),
+                 Arg("beta_slow", 1.0), Arg("mscale", optional=True, positive=False),
+                 Arg("mscale_all_dim", optional=True, positive=False), Arg("attention_factor", optional=True),
+                 Arg("truncate", True, boolean=True)),
+                build=_hf_yarn, frequencies=_hf_yarn_frequencies, ggml=None,
+                reference="hf_yarn_scaled", ggml_reference=None),
+    ScalingForm("ntk", NtkScaling, (Arg("factor", optional=True), Arg("alpha", optional=True)),
+                build=_ntk, frequencies=_ntk_frequencies, ggml=None,
+                reference="ntk_scaled", ggml_reference=None),
     # llama.cpp's default ext_factor is -1, "1 for YaRN models, else 0": writing ggml_yarn means YaRN.
     ScalingForm("ggml_yarn", GgmlYarnScaling,
                 (Arg("freq_scale"), Arg("ext_factor", 1.0, positive=False), Arg("attn_factor", 1.0),
@@ -169,6 +265,20 @@ _SCALING_BY_WORD = {f.word: f for f in SCALINGS}
 _SCALING_BY_TYPE = {f.ir_type: f for f in SCALINGS}
 
 
+# Hugging Face rope_type words (and vLLM's) that are not ropegen words: what to write instead.
+HF_HINTS = {
+    "default": "Hugging Face's 'default' is no scaling: leave `scaling` out or write `scaling = none`",
+    "dynamic": "dynamic NTK (Hugging Face 'dynamic') is not supported yet; the static form is "
+               "ntk(factor = ...)",
+    "dynamic_ntk": "dynamic NTK is not supported yet; the static form is ntk(factor = ...)",
+    "longrope": "LongRoPE (Phi-3) is not supported yet",
+    "su": "LongRoPE ('su', Phi-3) is not supported yet",
+    "deepseek_yarn": "DeepSeek's YaRN is yarn(factor = ..., original_max_positions = ..., mscale = ..., "
+                     "mscale_all_dim = ...)",
+    "ggml": "ggml's YaRN parameters are ggml_yarn(freq_scale = ..., ext_factor = ..., ...)",
+}
+
+
 def scaling_of(s: Scaling) -> ScalingForm:
     return _SCALING_BY_TYPE[type(s)]
 
@@ -180,14 +290,17 @@ def check_scaling(cx, v: A.Value) -> Scaling:
     if not isinstance(v, (A.Word, A.Call)):
         cx.fail("C008", "scaling must be a word or a call such as linear(factor = 2)", v.loc)
     if not isinstance(v, A.Call) or form is None:
-        cx.fail("C009", f"unknown scaling '{v.name}'", v.loc, did_you_mean(v.name, _SCALING_BY_WORD))
+        cx.fail("C009", f"unknown scaling '{v.name}'", v.loc,
+                HF_HINTS.get(v.name) or did_you_mean(v.name, _SCALING_BY_WORD))
     names = tuple(a.name for a in form.args)
-    nodes = cx.call_args(v, names, tuple(a.name for a in form.args if a.default is None))
+    nodes = cx.call_args(v, names, tuple(a.name for a in form.args if a.default is None and not a.optional))
     vals = {}
     for a in form.args:
         if a.name not in nodes:
             vals[a.name] = a.default
-            continue
-        vals[a.name] = cx.number(nodes[a.name], a.name, integer=a.integer, positive=a.positive,
-                                 nonneg=not a.positive)
+        elif a.boolean:
+            vals[a.name] = cx.word(nodes[a.name], a.name, ("true", "false")) == "true"
+        else:
+            vals[a.name] = cx.number(nodes[a.name], a.name, integer=a.integer, positive=a.positive,
+                                     nonneg=not a.positive)
     return form.build(cx, v, nodes, vals)

@@ -1,0 +1,126 @@
+"""Write goldens.json: inverse frequencies and attention factors of Hugging Face's rope_init functions.
+
+The formulas are transcribed from transformers' `modeling_rope_utils.py` (`_compute_default_rope_parameters`,
+`_compute_linear_scaling_rope_parameters`, `_compute_llama3_parameters`, `_compute_yarn_parameters`) and
+evaluated as transformers evaluates them: the powers and the blend in float32 (torch's default dtype),
+the correction range and the attention factor in Python floats. With transformers installed, pass
+--live to take the numbers from transformers itself instead (tests/test_hf_scalings.py also compares
+live when it can import transformers).
+
+    python tests/data/hf_rope/make_goldens.py [--live]
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+f32 = np.float32
+
+# (name, rope_theta, rotary dim, rope parameters as a config.json writes them)
+CASES = [
+    ("llama2_default", 10000.0, 128, {"rope_type": "default"}),
+    ("linear_4", 10000.0, 128, {"rope_type": "linear", "factor": 4.0}),
+    ("llama3_1", 500000.0, 128, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    ("qwen2_5_yarn", 1000000.0, 128, {"rope_type": "yarn", "factor": 4.0,
+                                      "original_max_position_embeddings": 32768}),
+    ("deepseek_v3", 10000.0, 64, {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                                  "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    ("deepseek_v2_lite", 10000.0, 64, {"rope_type": "yarn", "factor": 40.0,
+                                       "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+                                       "mscale": 0.707, "mscale_all_dim": 0.707}),
+    ("mscale_pair", 10000.0, 64, {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 2048,
+                                  "mscale": 1.0, "mscale_all_dim": 0.0}),
+    ("gpt_oss", 150000.0, 64, {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                               "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
+    ("yarn_attention_factor", 10000.0, 96, {"rope_type": "yarn", "factor": 8.0,
+                                            "original_max_position_embeddings": 2048, "attention_factor": 0.9}),
+]
+
+
+def default(base: float, dim: int) -> np.ndarray:
+    return f32(1.0) / (f32(base) ** (np.arange(0, dim, 2, dtype=np.int64).astype(f32) / f32(dim)))
+
+
+def yarn(base: float, dim: int, rp: dict) -> tuple[np.ndarray, float]:
+    factor = rp["factor"]
+    attention_factor = rp.get("attention_factor")
+    mscale, mscale_all_dim = rp.get("mscale"), rp.get("mscale_all_dim")
+    original = rp["original_max_position_embeddings"]
+
+    def get_mscale(scale, k=1):
+        return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
+        else:
+            attention_factor = get_mscale(factor)
+    beta_fast, beta_slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+
+    def corr(rot):
+        return (dim * math.log(original / (rot * 2 * math.pi))) / (2 * math.log(base))
+    low, high = corr(beta_fast), corr(beta_slow)
+    if rp.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=f32) - f32(low)) / f32(high - low), f32(0), f32(1))
+    pos_freqs = f32(base) ** (np.arange(0, dim, 2).astype(f32) / f32(dim))
+    extrap, interp = f32(1) / pos_freqs, f32(1) / (f32(factor) * pos_freqs)
+    ext_factor = f32(1) - ramp
+    return interp * (f32(1) - ext_factor) + extrap * ext_factor, attention_factor
+
+
+def llama3(base: float, dim: int, rp: dict) -> np.ndarray:
+    inv = default(base, dim)
+    factor, lf, hf, old = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], \
+        rp["original_max_position_embeddings"]
+    low_wl, high_wl = old / lf, old / hf
+    wavelen = f32(2 * math.pi) / inv
+    out = np.where(wavelen > f32(low_wl), inv / f32(factor), inv)
+    smooth = (f32(old) / wavelen - f32(lf)) / f32(hf - lf)
+    smoothed = (f32(1) - smooth) * out / f32(factor) + smooth * out
+    mid = ~(wavelen < f32(high_wl)) & ~(wavelen > f32(low_wl))
+    return np.where(mid, smoothed, out).astype(f32)
+
+
+def transcribed(base: float, dim: int, rp: dict) -> tuple[np.ndarray, float]:
+    kind = rp["rope_type"]
+    if kind == "default":
+        return default(base, dim), 1.0
+    if kind == "linear":
+        return default(base, dim) / f32(rp["factor"]), 1.0
+    if kind == "llama3":
+        return llama3(base, dim, rp), 1.0
+    return yarn(base, dim, rp)
+
+
+def live(base: float, dim: int, rp: dict) -> tuple[np.ndarray, float]:
+    from transformers import PretrainedConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cfg = PretrainedConfig(rope_theta=base, head_dim=dim, hidden_size=dim, num_attention_heads=1,
+                           max_position_embeddings=rp.get("original_max_position_embeddings", 4096),
+                           rope_scaling=dict(rp), rope_parameters=dict(rp, rope_theta=base))
+    inv, attention = ROPE_INIT_FUNCTIONS[rp["rope_type"]](cfg, "cpu")
+    return inv.numpy().astype(f32), float(attention)
+
+
+def main() -> None:
+    fn = live if "--live" in sys.argv else transcribed
+    out = {}
+    for name, base, dim, rp in CASES:
+        inv, attention = fn(base, dim, rp)
+        out[name] = {"rope_theta": base, "dim": dim, "rope_parameters": rp,
+                     "inv_freq": [float(v) for v in inv], "attention_factor": attention}
+    path = Path(__file__).with_name("goldens.json")
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path} ({'transformers' if fn is live else 'transcribed formulas'})")
+
+
+if __name__ == "__main__":
+    main()
