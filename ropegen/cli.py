@@ -1,4 +1,4 @@
-"""The `ropegen` command line: compile, check, explain, import-onnx, bench."""
+"""The `ropegen` command line: compile, check, explain, import-onnx, import-hf, bench."""
 from __future__ import annotations
 
 import argparse
@@ -129,6 +129,20 @@ def cmd_import_onnx(args) -> int:
     return EXIT_OK
 
 
+def cmd_import_hf(args) -> int:
+    from ropegen.importers.hf import import_config
+    if not Path(args.config).is_file():
+        raise UserError(f"{args.config}: no such config file")
+    try:
+        path, warnings = import_config(args.config, args.output)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(path)
+    return EXIT_OK
+
+
 def cmd_bench(args) -> int:
     from ropegen.bench.targets import user_errors
     try:
@@ -234,6 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.set_defaults(func=cmd_import_onnx)
+
+    p = sub.add_parser("import-hf", help="write the .rope spec of a transformers model's RoPE and RMSNorm",
+                       description="Read a transformers config.json (rope_scaling or rope_parameters, rope_theta, "
+                                   "head_dim, partial_rotary_factor, num_key_value_heads, rms_norm_eps) and write "
+                                   "one spec: operator `rope` (q, k, positions -> q_rot, k_rot) and `rmsnorm`.")
+    p.add_argument("config", metavar="CONFIG.json")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.set_defaults(func=cmd_import_hf)
 
     p = sub.add_parser("bench", help="measure time, bytes moved, GB/s and the ratio to a copy of the same bytes")
     p.add_argument("spec", nargs="*", metavar="SPEC")
