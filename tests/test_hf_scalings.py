@@ -123,3 +123,13 @@ rope r {{ in q: f32[tokens=T, heads=2, head_dim=64] in pos: i64[T]
 """)
     msg = str(e.value)
     assert code in msg and hint in msg, msg
+
+
+def test_explain_shows_the_resolved_scaling():
+    from ropegen.ops.explain import explain
+    g = GOLDENS["gpt_oss"]
+    text = explain(_op(g["rope_theta"], g["dim"], _scaling(g["rope_parameters"])).plan)
+    assert "yarn (HF): factor 32" in text and "fractional range" in text and "0.1 ln(factor) + 1" in text
+    text = explain(_op(10000.0, 128, ", scaling = ntk(alpha = 1000)").plan)
+    said = float(text.split("base 10000 becomes ")[1].split()[0])
+    assert math.isclose(said, 10000.0 * 1000 ** (128 / 126), rel_tol=1e-14)

@@ -44,6 +44,11 @@ def explain(p: RopePlan) -> str:
                  + f", storage {p.storage.name}")
     lines.append(f"  direction  {'backward (sin negated)' if p.sin_sign < 0 else 'forward'}")
     lines += _ANGLES[p.angles.kind](p.angles)
+    if isinstance(op.angles, ir.ComputedAngles):
+        dim = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
+        said = forms.scaling_of(op.angles.scaling).describe(op.angles.scaling, dim, op.angles.base)
+        if said:
+            lines.append(f"  scaling    {said}")
     lines.append(f"  trig       {'fast intrinsics' if p.trig_fast else 'accurate'}")
     return "\n".join(lines)
 

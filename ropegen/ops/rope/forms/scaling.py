@@ -98,6 +98,8 @@ class ScalingForm:
     # parameters llama.cpp sets for the form, and the note saying so (None: nothing to say); the
     # frequencies these leave unexpressed become freq_factors, as llama.cpp's rope_freqs
     llama_cpp: Callable[..., tuple[dict, str | None]] = lambda s, ggml: ({}, None)
+    # explain: (scaling, dims, base) -> what the form resolved to beyond the frequencies (None: nothing)
+    describe: Callable[..., str | None] = lambda s, dim, base: None
 
 
 def _llama3(cx, v: A.Call, nodes: dict, vals: dict) -> Llama3Scaling:
@@ -170,6 +172,17 @@ def _hf_yarn_frequencies(inv: list, s: YarnScaling, dim: int, base: float):
     else:
         gain = _mscale(s.factor, 1)
     return out, gain
+
+
+def _hf_yarn_describe(s: YarnScaling, dim: int, base: float) -> str:
+    low, high = hf_yarn_range(s, dim, base)
+    _, gain = _hf_yarn_frequencies([], s, dim, base)
+    rule = ("attention_factor" if s.attention_factor is not None else
+            "get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)" if s.mscale and s.mscale_all_dim
+            else "get_mscale(factor) = 0.1 ln(factor) + 1")
+    return (f"yarn (HF): factor {s.factor:g}, pairs below {float(low):.6g} keep inv_freq, above {float(high):.6g} "
+            f"take inv_freq / {s.factor:g}, linear between ({'truncated' if s.truncate else 'fractional'} "
+            f"range); magnitude {float(gain)!r} = {rule}")
 
 
 def _ntk(cx, v: A.Call, nodes: dict, vals: dict) -> NtkScaling:
@@ -248,10 +261,13 @@ SCALINGS: tuple[ScalingForm, ...] = (
                  Arg("mscale_all_dim", optional=True, positive=False), Arg("attention_factor", optional=True),
                  Arg("truncate", True, boolean=True)),
                 build=_hf_yarn, frequencies=_hf_yarn_frequencies, ggml=None,
-                reference="hf_yarn_scaled", ggml_reference=None),
+                reference="hf_yarn_scaled", ggml_reference=None, describe=_hf_yarn_describe),
     ScalingForm("ntk", NtkScaling, (Arg("factor", optional=True), Arg("alpha", optional=True)),
                 build=_ntk, frequencies=_ntk_frequencies, ggml=None,
-                reference="ntk_scaled", ggml_reference=None),
+                reference="ntk_scaled", ggml_reference=None,
+                describe=lambda s, dim, base: (f"ntk ({s.word} {s.a:g}): base {base:g} becomes "
+                                               f"{float(exact.real(base) * exact.power(s.a, dim, dim - 2)):.17g}")
+                if dim > 2 else None),
     # llama.cpp's default ext_factor is -1, "1 for YaRN models, else 0": writing ggml_yarn means YaRN.
     ScalingForm("ggml_yarn", GgmlYarnScaling,
                 (Arg("freq_scale"), Arg("ext_factor", 1.0, positive=False), Arg("attn_factor", 1.0),
