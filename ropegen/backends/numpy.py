@@ -58,6 +58,9 @@ def rope_context(p: RopePlan) -> dict:
         first_seqlen=pos.first_seqlen,
         pad=pos.pad or "",
         ff=getattr(p.angles, "freq_factors", None) or "",
+        # a fused cos_sin cache: the columns of cos and of sin in its rows
+        cos_cols=f"[..., :{p.angles.sin_column}]" if getattr(p.angles, "fused", False) else "",
+        sin_cols=f"[..., {p.angles.sin_column}:]" if getattr(p.angles, "fused", False) else "",
         # B and S: an int, or the symbol the module binds in _sym; packed tokens are one batch row
         batch=1 if tokens.batch is None else tokens.batch,
         seq=tokens.seq,

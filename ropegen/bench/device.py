@@ -157,8 +157,11 @@ def rope_inputs(op, tokens: int, hq: int, hk: int, d: int, dtype: str) -> list[n
         elif p.angles.kind == "table" and t.name in (p.angles.cos, p.angles.sin):
             rows = max(tokens, 1)
             ang = np.arange(rows)[:, None] * (10000.0 ** (-np.arange(p.angles.width) * 2.0 / d))   # [rows, width]
-            f = np.cos if t.name == p.angles.cos else np.sin
-            arrays.append(f(ang).astype(t.dtype.np_dtype))
+            if p.angles.fused:    # one cos_sin cache: cos columns, then sin columns
+                arrays.append(np.concatenate([np.cos(ang), np.sin(ang)], -1).astype(t.dtype.np_dtype))
+            else:
+                f = np.cos if t.name == p.angles.cos else np.sin
+                arrays.append(f(ang).astype(t.dtype.np_dtype))
         else:
             return None
     return arrays

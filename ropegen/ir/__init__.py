@@ -116,6 +116,7 @@ class Positions:
 class TableAngles:
     cos: str
     sin: str
+    sin_column: int = 0    # where sin starts in its tensor: 0, or the half width of a fused cos_sin cache
 
 
 @dataclass(frozen=True)

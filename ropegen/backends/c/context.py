@@ -78,6 +78,8 @@ def _ggml(p: RopePlan, a: GgmlAngles, arith: str, params: list[Param]) -> dict[s
 def _table(p: RopePlan, a: TableAnglesPlan, arith: str, params: list[Param]) -> dict[str, Any]:
     return dict(cos=_name(params, "in", a.cos), sin=_name(params, "in", a.sin), table_t=facts.element(a.dtype),
                 load_table=facts.load(a.dtype.name, arith), table_width=a.width,
+                # elements per table row, and where sin starts in its row (a fused cos_sin cache: both)
+                table_stride=a.width + a.sin_column, sin_shift=f" + {a.sin_column}" if a.sin_column else "",
                 table_rows=None if a.per_token else _size(p.ir.tensor(a.cos).axes[0].size, params),
                 table_by_position=not a.per_token)
 

@@ -53,7 +53,7 @@ def _rope_nodes(helper, op: Operator, arrays: dict[str, np.ndarray]):
     half = p.rotary_dim // 2
     if forms.angles_of(o.angles).tables:
         cos = np.ascontiguousarray(arrays[p.angles.cos][..., :half])
-        sin = np.ascontiguousarray(arrays[p.angles.sin][..., :half])
+        sin = np.ascontiguousarray(arrays[p.angles.sin][..., p.angles.sin_column:p.angles.sin_column + half])
     else:   # computed in the kernel: onnxruntime gets the equivalent float32 cache instead
         from ropegen.ops.reference import cos_sin_at
         if p.angles.freq_factors:

@@ -66,7 +66,7 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
                param("seq_ends", ("seq_ends",), DTYPES["i64"], const=True)]
     a = p.angles
     if a.kind == "table":
-        for name in (a.cos, a.sin):
+        for name in dict.fromkeys((a.cos, a.sin)):      # a fused cos_sin cache is one tensor
             ps.append(_in(param, "t_" + name, name, tensors[name].dtype))
             last = len(p.ir.tensor(name).axes) - 1
             if a.per_token:

@@ -55,7 +55,12 @@ class TableAnglesPlan:
     sin: str
     dtype: DType
     per_token: bool                # rows are tokens (no positions); else rows are positions
-    width: int
+    width: int                     # columns of cos (and of sin)
+    sin_column: int = 0            # sin's first column in its tensor (a fused cos_sin cache: width)
+
+    @property
+    def fused(self) -> bool:
+        return self.cos == self.sin
 
     def constants(self) -> list[float]:
         return []
@@ -115,7 +120,8 @@ def _ggml_mscale(attn: float, freq_scale: float, yarn: bool) -> float:
 def plan_table(op: ir.RopeOp, n_cols: int, per_token: bool) -> TableAnglesPlan:
     a = op.angles
     cos = op.tensor(a.cos)
-    return TableAnglesPlan(a.cos, a.sin, cos.dtype, per_token, int(cos.axes[-1].size))
+    return TableAnglesPlan(a.cos, a.sin, cos.dtype, per_token, int(cos.axes[-1].size) - a.sin_column,
+                           a.sin_column)
 
 
 def plan_computed(op: ir.RopeOp, n_cols: int, numerics, scaling) -> ExactAngles | GgmlAngles:

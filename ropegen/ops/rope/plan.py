@@ -148,17 +148,22 @@ def _pairing_blocks(p: ir.Pairing, unit: int, rotary_dim: int,
     return inner(half, 0, 0, 0) + inner(half, half, 0, 1), half // 2
 
 
+def table_width(op: ir.RopeOp) -> int:
+    """The columns of the cos table (and of sin): a fused cos_sin cache holds both side by side."""
+    return int(op.tensor(op.angles.cos).axes[-1].size) - op.angles.sin_column
+
+
 def plan(op: ir.RopeOp, sha: str) -> RopePlan:
     first = op.rotated[0]
     head_dim = int(first.role_dim(ir.Role.HEAD_DIM).size)
     if op.pairing.kind is ir.PairKind.BLOCK:
-        unit = int(op.tensor(op.angles.cos).axes[-1].size)
+        unit = table_width(op)
         rotary = unit
     else:
         unit = head_dim
         rotary = op.rotary_dim
     form = forms.angles_of(op.angles)
-    width = int(op.tensor(op.angles.cos).axes[-1].size) if form.tables else None
+    width = table_width(op) if form.tables else None
     blocks, n_cols = _pairing_blocks(op.pairing, unit, rotary, width)
     passthrough = ((rotary, unit),) if rotary < unit else ()
     rotated_names = {o.source for o in op.outputs}

@@ -88,7 +88,7 @@ def full_width_table(op: ir.RopeOp) -> bool:
     """A cos/sin table as wide as the rotary dims (neox / gptj): each element reads its own column."""
     a = op.angles
     return (forms.angles_of(a).tables and op.pairing.kind in (ir.PairKind.NEOX, ir.PairKind.GPTJ)
-            and op.tensor(a.cos).axes[-1].size == op.rotary_dim)
+            and op.tensor(a.cos).axes[-1].size - a.sin_column == op.rotary_dim)
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -321,6 +321,8 @@ def table_cos_sin(op: ir.RopeOp, arrays, streams, B: int, S: int, head_dim: int)
     a = op.angles
     cos_t = np.asarray(arrays[a.cos]).astype(np.float64)
     sin_t = np.asarray(arrays[a.sin]).astype(np.float64)
+    if a.sin_column:      # one cos_sin cache: cos in its first half, sin in its second
+        cos_t, sin_t = cos_t[..., :a.sin_column], sin_t[..., a.sin_column:]
     width = cos_t.shape[-1]
     if forms.position_of(op.positions).per_token:
         cs = [(by_token(op, cos_t, B, S), by_token(op, sin_t, B, S))]

@@ -8,19 +8,41 @@ from ropegen.spec.limits import MAX_TABLE_WIDTH
 
 
 def check_table_angles(cx, v, args, first, pairing, rotary_dim, position, head_dim) -> ir.TableAngles:
-    """The `table` angle form (its row in forms/angle.py): two different inputs of a valid table shape.
-    `position` is the row of the operator's position form."""
+    """The `table` angle form (its row in forms/angle.py): two different inputs of a valid table shape,
+    or one fused cache `cos_sin = C` ([ROWS, 2W]: cos in columns 0..W-1, sin in W..2W-1, as vLLM's and
+    FlashInfer's cos_sin_cache). `position` is the row of the operator's position form."""
+    if "cos_sin" in args:
+        if "cos" in args or "sin" in args:
+            cx.fail("C010", "give either cos_sin or cos and sin", v.loc)
+        return _fused(cx, v, cx.ref(args["cos_sin"], "cos_sin"), first, pairing, rotary_dim, position, head_dim)
+    for key in ("cos", "sin"):
+        if key not in args:
+            cx.fail("C011", f"table needs the argument '{key}'", v.loc, "table(cos = COS, sin = SIN) or "
+                    "table(cos_sin = CACHE)")
     cos = cx.ref(args["cos"], "cos")
     sin = cx.ref(args["sin"], "sin")
     if cos.name == sin.name:
-        cx.fail("C018", "cos and sin must be two different inputs", args["sin"].loc)
+        cx.fail("C018", "cos and sin must be two different inputs", args["sin"].loc,
+                "one tensor holding both is table(cos_sin = ...)")
     check_tables(cx, cos, sin, first, pairing, rotary_dim, position.per_token, head_dim, v.loc)
     return ir.TableAngles(cos.name, sin.name)
 
 
+def _fused(cx, v, t: ir.Tensor, first, pairing, rotary_dim, position, head_dim) -> ir.TableAngles:
+    full = t.axes[-1].size if t.axes else None
+    if position.per_token:
+        cx.fail("C018", f"a cos_sin cache is indexed by position; '{t.name}' needs `positions = ...`", v.loc)
+    if len(t.axes) != 2 or not isinstance(full, int) or full % 2:
+        cx.fail("C018", f"cos_sin cache '{t.name}' must be [ROWS, 2W] (cos in the first W columns, sin in the "
+                "last W)", t.loc)
+    check_tables(cx, t, t, first, pairing, rotary_dim, False, head_dim, v.loc, width=full // 2)
+    return ir.TableAngles(t.name, t.name, sin_column=full // 2)
+
+
 def check_tables(cx, cos: ir.Tensor, sin: ir.Tensor, first: ir.Tensor, pairing: ir.Pairing,
-                 rotary_dim: int, per_token: bool, head_dim: int, loc: Loc) -> None:
-    """`per_token`: the operator has no positions, so the tables hold one row per token."""
+                 rotary_dim: int, per_token: bool, head_dim: int, loc: Loc, width: int | None = None) -> None:
+    """`per_token`: the operator has no positions, so the tables hold one row per token. `width`: the
+    columns cos and sin each have when it is not the last dimension (a fused cos_sin cache)."""
     for t in (cos, sin):
         if not t.dtype.is_float:
             cx.fail("C019", f"table '{t.name}' must have a float dtype", t.loc)
@@ -28,7 +50,7 @@ def check_tables(cx, cos: ir.Tensor, sin: ir.Tensor, first: ir.Tensor, pairing: 
         cx.fail("C018", f"'{cos.name}' and '{sin.name}' must have the same shape and dtype", sin.loc)
     if not cos.axes:
         cx.fail("C018", f"table '{cos.name}' needs at least one dimension", cos.loc)
-    width = cos.axes[-1].size
+    width = cos.axes[-1].size if width is None else width
     if not isinstance(width, int):
         cx.fail("C018", f"the last dimension of '{cos.name}' (its width) must be an integer", cos.loc)
     lead = [a.size for a in cos.axes[:-1]]

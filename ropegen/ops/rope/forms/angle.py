@@ -50,7 +50,8 @@ def _computed(cx, v, args, first, pairing, rotary_dim, position, head_dim) -> ir
 
 
 ANGLES: tuple[AngleForm, ...] = (
-    AngleForm("table", ir.TableAngles, "table(cos=, sin=)", args=("cos", "sin"), required=("cos", "sin"),
+    AngleForm("table", ir.TableAngles, "table(cos=, sin=) or table(cos_sin=)", args=("cos", "sin", "cos_sin"),
+              required=(),
               positional=("cos", "sin"), check=check_table_angles, tables=True,
               plan=lambda op, n_cols: plan_angles.plan_table(op, n_cols, position_of(op.positions).per_token),
               reference="table_cos_sin", value_ranges=lambda a: {a.cos: (-1.0, 1.0), a.sin: (-1.0, 1.0)}),
