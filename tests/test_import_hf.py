@@ -14,6 +14,9 @@
 * bf16 / f16 specs compute in the storage type (compute = storage) and stay within a few storage ulps.
 * Errors and warnings of the contract, the command line, and a live comparison with transformers itself
   (skipped unless torch and transformers import).
+
+Over 400 lines because it keeps the importer's corpus checks, the float64 transcription of transformers'
+rope code they compare against, and the live comparison in one place, as test_onnx.py does for ONNX.
 """
 from __future__ import annotations
 
@@ -473,20 +476,27 @@ def test_cli_bad_path_bad_json_unsupported(tmp_path):
 
 LIVE = {  # model_type -> (modeling module, rotary class, apply function, style)
     "llama": ("llama", "LlamaRotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "mistral": ("mistral", "MistralRotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "qwen2": ("qwen2", "Qwen2RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "qwen3": ("qwen3", "Qwen3RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "gemma2": ("gemma2", "Gemma2RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "gpt_neox": ("gpt_neox", "GPTNeoXRotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "falcon": ("falcon", "FalconRotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "gpt_oss": ("gpt_oss", "GptOssRotaryEmbedding", "apply_rotary_pos_emb", "gpt_oss"),
     "glm": ("glm", "GlmRotaryEmbedding", "apply_rotary_pos_emb", "glm"),
     "deepseek_v3": ("deepseek_v3", "DeepseekV3RotaryEmbedding", "apply_rotary_pos_emb_interleave", "deepseek_v3"),
+    "deepseek_v2": ("deepseek_v2", "DeepseekV2RotaryEmbedding", "apply_rotary_emb", "deepseek_v2"),
 }
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen2.5-7b-instruct-yarn", "gpt-oss-20b", "glm-4-9b",
-                                  "deepseek-v3"])
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_live_transformers(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     import importlib
     cfg = load(name)
+    cfg = cfg.get("text_config", cfg)
     module, rotary, apply, style = LIVE[cfg["model_type"]]
     m = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
     conf_cls = transformers.CONFIG_MAPPING[cfg["model_type"]]
@@ -501,8 +511,11 @@ def test_live_transformers(name):
     k = rng.standard_normal((pos.size, hk, d)).astype(np.float32)
     qt = torch.from_numpy(q).transpose(0, 1)[None]            # [1, H, T, D]
     kt = torch.from_numpy(k).transpose(0, 1)[None]
-    cos, sin = emb(qt, torch.from_numpy(pos)[None])
-    want_q, want_k = getattr(m, apply)(qt, kt, cos, sin)
+    pt = torch.from_numpy(pos)[None]
+    # Gemma 3: the global layers' table (the spec's `rope`; the importer warns about the local ones)
+    rot = emb(qt, pt, "full_attention") if cfg["model_type"] == "gemma3_text" else emb(qt, pt)
+    rot = rot if isinstance(rot, tuple) else (rot,)            # DeepSeek-V2: one complex freqs_cis
+    want_q, want_k = getattr(m, apply)(qt, kt, *rot)
     op = rope_op(imported(name, f32=True)[0])
     got_q, got_k = op.run(q, k, pos, backend="numpy")
     for got, want, x in ((got_q, want_q, q), (got_k, want_k, k)):

@@ -152,7 +152,7 @@ def rope_inputs(op, tokens: int, hq: int, hk: int, d: int, dtype: str) -> list[n
         if t.heads is not None:
             a = rng.standard_normal((tokens, t.real_heads * d) if t.rank == 2 else (tokens, t.real_heads, d))
             arrays.append(a.astype(np_dt))
-        elif p.positions.ids == t.name:
+        elif p.positions.ids == t.name and not p.positions.sections:
             arrays.append(np.arange(tokens, dtype=t.dtype.np_dtype))
         elif p.angles.kind == "table" and t.name in (p.angles.cos, p.angles.sin):
             rows = max(tokens, 1)

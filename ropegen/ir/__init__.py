@@ -97,6 +97,7 @@ class PositionKind(Enum):
     IN_SEQUENCE = "in_sequence"  # index of the token inside its packed sequence (ATB cosFormat=1)
     ARANGE = "arange"            # start + s - pad[b]
     GLM2D = "glm2d"              # the two GLM-1 position streams (ppl Rotary2DPositionEmbedding)
+    MROPE = "mrope"              # multimodal sections: one position stream per section (Qwen2/3-VL)
 
 
 Scalar = Union[int, str]   # a literal, or the name of a rank-0 integer input
@@ -110,6 +111,8 @@ class Positions:
     pad: str | None = None
     first_seqlen: Scalar | None = None
     streams: int = 1     # position streams, each rotating its own part of the head (glm2d: two halves)
+    sections: tuple[int, ...] = ()   # mrope: pairs per stream (temporal, height, width), in pair order
+    interleaved: bool = False        # mrope: streams take pairs round-robin (Qwen3-VL), else in runs
 
 
 @dataclass(frozen=True)

@@ -37,22 +37,25 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
             ps.append(_int(param, f"{s.y}_s{r}", ("stride", s.out, r)))
     pos = p.positions
 
-    def lead(name: str, n: int) -> list[tuple]:
-        """(b, s) stride sources of a tensor whose first n axes are the token dims, in the memory
-        order of the rotated tensors' token dims ([seq, batch] when the plan's token order is "sb")."""
+    def lead(name: str, n: int, first: int = 0) -> list[tuple]:
+        """(b, s) stride sources of a tensor whose axes first..first+n-1 are the token dims, in the
+        memory order of the rotated tensors' token dims ([seq, batch] when the plan's token order is "sb")."""
         rank = len(p.ir.tensor(name).axes)
         if n == 1:
-            return [("zero",), ("axis_stride", name, 0)]
-        assert rank >= 2
+            return [("zero",), ("axis_stride", name, first)]
+        assert rank >= first + 2
         if p.token_order == "sb":
-            return [("axis_stride", name, 1), ("axis_stride", name, 0)]
-        return [("axis_stride", name, 0), ("axis_stride", name, 1)]
+            return [("axis_stride", name, first + 1), ("axis_stride", name, first)]
+        return [("axis_stride", name, first), ("axis_stride", name, first + 1)]
 
     n_token_dims = 1 if p.token_layout == "t" else 2
     if pos.ids:
-        sb, ss = lead(pos.ids, n_token_dims)
+        sections = 1 if pos.sections else 0        # M-RoPE positions: [streams, token dims]
+        sb, ss = lead(pos.ids, n_token_dims, sections)
         ps += [_in(param, "t_" + pos.ids, pos.ids, tensors[pos.ids].dtype),
                _int(param, f"t_{pos.ids}_sb", sb), _int(param, f"t_{pos.ids}_ss", ss)]
+        if sections:
+            ps.append(_int(param, f"t_{pos.ids}_sn", ("axis_stride", pos.ids, 0)))
     for v in dict.fromkeys((pos.start, pos.first_seqlen)):
         if isinstance(v, str):
             ps.append(_in(param, "t_" + v, v, tensors[v].dtype))

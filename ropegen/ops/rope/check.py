@@ -47,11 +47,18 @@ def check(cx) -> ir.RopeOp:
     numerics_form = forms.numerics_of(numerics)
     if numerics_form.check is not None:
         numerics_form.check(cx, form, angles)
-    if (pairing.kind is ir.PairKind.GLM2D) != (positions.streams == 2):
+    if (pairing.kind is ir.PairKind.GLM2D) != (positions.kind is ir.PositionKind.GLM2D):
         where = cx.settings["positions"].loc if "positions" in cx.settings else cx.settings["pairing"].loc
         cx.fail("C030", "glm2d pairing and glm2d positions go together: the two halves rotate with the "
                 "two position streams", where,
                 "use `pairing = glm2d(...)` with `positions = glm2d(...)`")
+    if positions.kind is ir.PositionKind.MROPE:
+        where = cx.settings["positions"].loc
+        if pairing.kind not in (ir.PairKind.NEOX, ir.PairKind.GPTJ):
+            cx.fail("C030", f"mrope positions split the pairs of neox or gptj pairing, not {pairing.kind.value}", where)
+        if sum(positions.sections) != rotary_dim // 2:
+            cx.fail("C018", f"mrope sections {list(positions.sections)} sum to {sum(positions.sections)}; "
+                    f"the rotation has rotary_dim/2 = {rotary_dim // 2} pairs", where)
     if pairing.kind is ir.PairKind.BLOCK and not form.tables:
         cx.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
                 cx.settings["pairing"].loc)

@@ -64,6 +64,17 @@ def draw_ids(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: dict
     return int(ids.max()) + 1 if ids.size else 1
 
 
+def draw_mrope(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: dict, table_rows: int | None) -> int:
+    """Per-section positions (temporal, height, width): independent draws below the table's rows."""
+    pos = op.positions
+    t = op.tensor(pos.ids)
+    hi = case.max_position if table_rows is None else min(case.max_position, table_rows)
+    ids = rng.integers(0, hi, (len(pos.sections), B, S)).astype(t.dtype.np_dtype)
+    arrays[pos.ids] = ids.reshape(tuple(sizes.get(a.size, a.size) if isinstance(a.size, str) else a.size
+                                        for a in t.axes))
+    return int(ids.max()) + 1 if ids.size else 1
+
+
 def draw_arange(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: dict, table_rows) -> int:
     start = int(rng.integers(0, case.max_position))
     pad_hi = 8

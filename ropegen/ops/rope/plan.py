@@ -148,6 +148,29 @@ def _pairing_blocks(p: ir.Pairing, unit: int, rotary_dim: int,
     return inner(half, 0, 0, 0) + inner(half, half, 0, 1), half // 2
 
 
+def stream_split(blocks: tuple[PairBlock, ...], stream_of: "callable") -> tuple[PairBlock, ...]:
+    """The pairs of `blocks` (pair j in order) regrouped by stream_of(j): runs of equal steps become
+    one block each (M-RoPE's sections are runs; Qwen3-VL's interleaving is stride-3 runs)."""
+    pairs = [(blk.a0 + k * blk.a_step, blk.b0 + k * blk.b_step, blk.ca0 + k * blk.ca_step,
+              blk.cb0 + k * blk.cb_step) for blk in blocks for k in range(blk.count)]
+    by_stream: dict[int, list[tuple[int, int, int, int]]] = {}
+    for j, pr in enumerate(pairs):
+        by_stream.setdefault(stream_of(j), []).append(pr)
+    out: list[PairBlock] = []
+    for stream in sorted(by_stream):
+        run: list[tuple[int, int, int, int]] = []
+        for pr in by_stream[stream] + [None]:
+            if pr is not None and (len(run) < 2 or all(pr[i] - run[-1][i] == run[1][i] - run[0][i] for i in range(4))):
+                run.append(pr)
+                continue
+            if run:
+                steps = [run[1][i] - run[0][i] if len(run) > 1 else 1 for i in range(4)]
+                out.append(PairBlock(len(run), run[0][0], steps[0], run[0][1], steps[1], run[0][2], steps[2],
+                                     run[0][3], steps[3], stream))
+            run = [pr] if pr is not None else []
+    return tuple(out)
+
+
 def table_width(op: ir.RopeOp) -> int:
     """The columns of the cos table (and of sin): a fused cos_sin cache holds both side by side."""
     return int(op.tensor(op.angles.cos).axes[-1].size) - op.angles.sin_column
@@ -165,6 +188,8 @@ def plan(op: ir.RopeOp, sha: str) -> RopePlan:
     form = forms.angles_of(op.angles)
     width = table_width(op) if form.tables else None
     blocks, n_cols = _pairing_blocks(op.pairing, unit, rotary, width)
+    if op.positions.kind is ir.PositionKind.MROPE:
+        blocks = stream_split(blocks, lambda j: forms.mrope_stream(op.positions, j))
     passthrough = ((rotary, unit),) if rotary < unit else ()
     rotated_names = {o.source for o in op.outputs}
     inputs = tuple(tensor_plan(t, unit if t.name in rotated_names else None) for t in op.inputs)

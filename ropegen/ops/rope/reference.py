@@ -6,17 +6,16 @@ sides of a comparison. Each form of forms/ names its formula here (`reference` i
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ropegen import ir
 from ropegen.ops.rope import forms
+from ropegen.ops.rope import reference_frequencies as frequencies
 
 
 def _formula(name: str):
-    """The formula a form's row names (a function of this module)."""
-    return globals()[name]
+    """The formula a form's row names (a function of this module or of reference_frequencies)."""
+    return globals()[name] if name in globals() else getattr(frequencies, name)
 
 
 def _canonical(t: ir.Tensor, a: np.ndarray) -> np.ndarray:
@@ -81,6 +80,9 @@ def pair_list(op: ir.RopeOp, width: int, per_element: bool = False) -> list[tupl
             for j in range(t):
                 a = 2 * t * k + j
                 pairs.append((a, a + t, a, a + t, 0))
+    if op.positions.kind is ir.PositionKind.MROPE:    # pair j rotates with the positions of its section
+        owner = mrope_pair_streams(op.positions, len(pairs))
+        pairs = [(a, b, ca, cb, owner[j]) for j, (a, b, ca, cb, _) in enumerate(pairs)]
     return pairs
 
 
@@ -109,6 +111,20 @@ def by_token(op: ir.RopeOp, a: np.ndarray, B: int, S: int) -> np.ndarray:
     return np.moveaxis(a, [roles.index(ir.Role.BATCH), roles.index(ir.Role.SEQ)], [0, 1])
 
 
+def mrope_pair_streams(pos: ir.Positions, n_pairs: int) -> list[int]:
+    """The stream of each pair as transformers builds M-RoPE's cos: Qwen2-VL splits the half-width
+    frequencies by `mrope_section` (chunk i from stream i % 3); Qwen3-VL's apply_interleaved_mrope
+    starts from stream 0 and gives stream k the pairs k, k + 3, ... below 3 * section[k]."""
+    n = len(pos.sections)
+    if pos.interleaved:
+        owner = [0] * n_pairs
+        for k in range(1, n):
+            for j in range(k, min(n * pos.sections[k], n_pairs), n):
+                owner[j] = k
+        return owner
+    return [k for k, size in enumerate(pos.sections) for _ in range(size)]
+
+
 def _fits(*values: int) -> bool:
     return all(INT64_MIN <= v <= INT64_MAX for v in values)
 
@@ -131,6 +147,11 @@ def _start_pad(op: ir.RopeOp, arrays, B: int) -> tuple[int, list[int]]:
     pos = op.positions
     pad = [0] * B if pos.pad is None else [int(v) for v in np.asarray(arrays[pos.pad]).astype(np.int64)]
     return _scalar(pos.start, arrays), pad
+
+
+def mrope_positions(op, arrays, B, S):
+    p = np.asarray(arrays[op.positions.ids]).astype(np.int64)
+    return [by_token(op, p[k], B, S) for k in range(len(op.positions.sections))]
 
 
 def id_positions(op, arrays, B, S):
@@ -196,95 +217,6 @@ def inverse_frequencies(op: ir.RopeOp, n: int) -> tuple[np.ndarray, float]:
     d = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
     inv = np.array([a.base ** (-(2.0 * i) / d) for i in range(n)])
     return _formula(forms.scaling_of(a.scaling).reference)(inv, a.magnitude, a.scaling, d, a.base, n)
-
-
-def unscaled(inv, m, s, d, base, n):
-    return inv, m
-
-
-def linear_scaled(inv, m, s: ir.LinearScaling, d, base, n):
-    return inv / s.factor, m
-
-
-def llama3_scaled(inv, m, s: ir.Llama3Scaling, d, base, n):
-    # HF / vLLM form: smooth = (L/wavelen - lf)/(hf - lf), blended between inv/factor and inv
-    wavelen = 2 * np.pi / inv
-    low_wl = s.original_max_positions / s.low_freq_factor
-    high_wl = s.original_max_positions / s.high_freq_factor
-    scaled = np.where(wavelen > low_wl, inv / s.factor, inv)
-    if s.high_freq_factor != s.low_freq_factor:
-        smooth = (s.original_max_positions / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-    else:
-        smooth = np.zeros_like(inv)
-    mid = ~(wavelen < high_wl) & ~(wavelen > low_wl)
-    return np.where(mid, (1 - smooth) * inv / s.factor + smooth * inv, scaled), m
-
-
-def yarn_scaled(inv, m, s: ir.GgmlYarnScaling, d, base, n):
-    low, high = _corr_dims(d, s, base)
-    ramp = np.array([(1 - min(1.0, max(0.0, (i - low) / max(0.001, high - low)))) * s.ext_factor
-                     for i in range(n)])
-    # blending angles equals blending frequencies: theta is linear in p
-    inv = inv * s.freq_scale * (1 - ramp) + inv * ramp
-    if s.ext_factor != 0:
-        m *= 1 + 0.1 * math.log(1 / s.freq_scale)
-    m *= s.attn_factor
-    return inv, m
-
-
-def hf_yarn_scaled(inv, m, s: ir.YarnScaling, d, base, n):
-    # transformers `_compute_yarn_parameters`: find_correction_range, linear_ramp_factor, the blend
-    def corr(rot):
-        return d * math.log(s.original_max_positions / (rot * 2 * math.pi)) / (2 * math.log(base))
-    low, high = corr(s.beta_fast), corr(s.beta_slow)
-    if s.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip((np.arange(n) - low) / (high - low), 0, 1)
-    extrapolation = 1 - ramp
-    inv = (inv / s.factor) * (1 - extrapolation) + inv * extrapolation
-
-    def get_mscale(scale, k=1.0):
-        return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
-    if s.attention_factor is not None:
-        gain = s.attention_factor
-    elif s.mscale and s.mscale_all_dim:
-        gain = get_mscale(s.factor, s.mscale) / get_mscale(s.factor, s.mscale_all_dim)
-    else:
-        gain = get_mscale(s.factor)
-    return inv, m * gain
-
-
-def ntk_scaled(inv, m, s: ir.NtkScaling, d, base, n):
-    # NTK-aware: a new base, base * a^(d / (d - 2)), then the usual base^(-2i/d)
-    if d <= 2:
-        return inv, m
-    new_base = base * s.a ** (d / (d - 2))
-    return np.array([new_base ** (-(2.0 * i) / d) for i in range(n)]), m
-
-
-def ggml_unscaled(s, d, base):
-    """ggml's parameters (freq_scale, ext_factor, attn_factor, corr low, corr high) without scaling."""
-    f32 = np.float32
-    return f32(1), f32(0), f32(1), 0.0, 0.0
-
-
-def ggml_yarn(s: ir.GgmlYarnScaling, d, base):
-    f32 = np.float32
-    return (f32(s.freq_scale), f32(s.ext_factor), f32(s.attn_factor)) + _corr_dims(d, s, base)
-
-
-def _corr_dims(n_dims: int, s: ir.GgmlYarnScaling, base: float) -> tuple[float, float]:
-    # ggml evaluates these in float32; the floor/ceil make the result an integer either way
-    f32 = np.float32
-
-    def corr(n_rot: float) -> float:
-        return float(f32(f32(n_dims) * np.log(f32(s.n_ctx_orig) / (f32(n_rot) * f32(2) * f32(math.pi)), dtype=f32))
-                     / (f32(2) * np.log(f32(base), dtype=f32)))
-
-    return max(0.0, math.floor(corr(s.beta_fast))), min(n_dims - 1.0, math.ceil(corr(s.beta_slow)))
 
 
 def _ggml_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from ropegen.ops.rope.forms.angle import (ANGLE_WORDS, ANGLES, NUMERICS, AngleForm, NumericsForm,  # noqa: F401
                                           angle_named, angles_of, numerics_of)
 from ropegen.ops.rope.forms.position import (ABSENT_POSITIONS, POSITION_SYNOPSIS, POSITION_WORDS,  # noqa: F401
-                                             POSITIONS, PositionForm, batch_vector, position_of,
-                                             position_written)
+                                             POSITIONS, PositionForm, batch_vector, mrope_stream,
+                                             position_of, position_written)
 from ropegen.ops.rope.forms.scaling import (IR_NAMES, SCALINGS, Arg, GgmlYarnScaling, LinearScaling,  # noqa: F401
                                             Llama3Scaling, NoScaling, Scaling, ScalingForm,
                                             check_scaling, scaling_of)

@@ -96,6 +96,40 @@ def _glm2d(cx, row, v: A.Call, first: ir.Tensor, sequences: str | None) -> ir.Po
     return ir.Positions(row.kind, start=start, pad=pad, first_seqlen=first_seqlen, streams=2)
 
 
+def _mrope(cx, row, v: A.Call, first: ir.Tensor, sequences: str | None) -> ir.Positions:
+    args = cx.call_args(v, row.args, row.required, positional=("positions",))
+    t = cx.ref(args["positions"], "mrope positions")
+    if t.dtype.name not in ("i32", "i64"):
+        cx.fail("C017", f"positions '{t.name}' must be i32 or i64, not {t.dtype.name}", t.loc)
+    sec_v = args["sections"]
+    if not isinstance(sec_v, A.ListValue) or not sec_v.items:
+        cx.fail("C008", "sections must be a list of pair counts, e.g. [16, 24, 24]", sec_v.loc)
+    sections = tuple(int(cx.number(x, "a section", integer=True, positive=True)) for x in sec_v.items)
+    want = [len(sections)] + [d.size for d in first.token_dims]
+    if [a.size for a in t.axes] != want:
+        cx.fail("C016", f"mrope positions '{t.name}' has shape [{', '.join(str(a.size) for a in t.axes)}]; "
+                f"expected [{', '.join(map(str, want))}]: one row of positions per section", t.loc)
+    interleaved = False
+    if "interleaved" in args:
+        interleaved = cx.word(args["interleaved"], "interleaved", ("true", "false")) == "true"
+    return ir.Positions(row.kind, ids=t.name, streams=len(sections), sections=sections, interleaved=interleaved)
+
+
+def mrope_stream(pos: ir.Positions, j: int) -> int:
+    """The position stream of pair j (HF's mrope_section split, or Qwen3-VL's round-robin
+    `apply_interleaved_mrope`: pair j takes stream j % n while j < n * sections[j % n], else stream 0)."""
+    if pos.interleaved:
+        n = len(pos.sections)
+        k = j % n
+        return k if k and j < n * pos.sections[k] else 0
+    end = 0
+    for k, size in enumerate(pos.sections):
+        end += size
+        if j < end:
+            return k
+    return len(pos.sections) - 1
+
+
 def _ids_span(pos: ir.Positions, sequences: str | None, read, shapes) -> str:
     if not int(np.prod(shapes[pos.ids])):
         return ""
@@ -129,6 +163,13 @@ POSITIONS: tuple[PositionForm, ...] = (
                  explain=lambda pos: f"GLM 2-D: pos0/pos1 from start={pos.start}, pad={pos.pad or 0}, "
                                      f"first_seqlen={pos.first_seqlen}", bench="bench_offsets",
                  offset_arith=True),
+    PositionForm(P.MROPE, "mrope", bare=False, synopsis="mrope(P, sections = [..])",
+                 args=("positions", "sections", "interleaved"), required=("positions", "sections"), check=_mrope,
+                 per_token=False, reference="mrope_positions", inputs="draw_mrope",
+                 explain=lambda pos: (f"M-RoPE from '{pos.ids}': {len(pos.sections)} streams, pairs "
+                                      f"{list(pos.sections)} per stream"
+                                      + (", interleaved (Qwen3-VL)" if pos.interleaved else ", in runs (Qwen2-VL)")),
+                 range_note=_ids_span),
 )
 _POSITION_BY_KIND = {f.kind: f for f in POSITIONS}
 POSITION_WORDS = tuple(f.word for f in POSITIONS if f.word)
