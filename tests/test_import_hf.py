@@ -371,19 +371,35 @@ def test_unknown_rope_type_lists_the_supported_ones():
 
 @pytest.mark.parametrize("name,edit,pattern", [
     ("phi-3.5-mini-instruct", None, r"long\s*rope"),
-    ("qwen2.5-vl-7b-instruct", None, r"m-?rope"),
     ("llama-2-7b", {"rope_scaling": {"type": "dynamic", "factor": 2.0}}, r"dynamic"),
     ("llama-2-7b", {"rope_scaling": {"rope_type": "longrope", "long_factor": [1.0] * 64,
                                      "short_factor": [1.0] * 64, "original_max_position_embeddings": 4096}},
      r"long\s*rope"),
-    # M-RoPE under a rope_type it shares with plain RoPE (transformers maps mrope -> default)
-    ("qwen2.5-7b-instruct", {"rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}}, r"m-?rope"),
 ])
 def test_unsupported_features_are_named(name, edit, pattern):
     cfg = load(name)
     cfg.update(edit or {})
     with pytest.raises(ValueError, match=re.compile(pattern, re.I)):
         spec_from_config(cfg, "x")
+
+
+@pytest.mark.parametrize("name,edit,sections,interleaved", [
+    ("qwen2.5-vl-7b-instruct", None, [16, 24, 24], False),
+    # M-RoPE under a rope_type it shares with plain RoPE (transformers maps mrope -> default)
+    ("qwen2.5-7b-instruct", {"rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}},
+     [16, 24, 24], False),
+    # Qwen3-VL: interleaved sections
+    ("qwen2.5-7b-instruct", {"rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20],
+                                              "mrope_interleaved": True}}, [24, 20, 20], True),
+])
+def test_mrope_configs_import_as_mrope_positions(name, edit, sections, interleaved):
+    cfg = load(name)
+    cfg.update(edit or {})
+    text, _ = spec_from_config(cfg, "x")
+    rope = ropegen.compile(text)["rope"]
+    assert rope.ir.positions.kind is ir.PositionKind.MROPE
+    assert list(rope.ir.positions.sections) == sections and rope.ir.positions.interleaved is interleaved
+    assert [a.size for a in rope.ir.tensor("positions").axes] == [3, "T"]
 
 
 def test_gemma3_warns_about_local_layers():

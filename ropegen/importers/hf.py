@@ -15,12 +15,15 @@ from pathlib import Path
 
 DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float": "f32", "half": "f16"}
 SUPPORTED = ("default", "linear", "llama3", "yarn")
-NOT_YET = {"dynamic": "dynamic NTK", "longrope": "LongRoPE", "su": "LongRoPE", "mrope": "M-RoPE",
+NOT_YET = {"dynamic": "dynamic NTK", "longrope": "LongRoPE", "su": "LongRoPE",
            "proportional": "proportional RoPE (Gemma 4)"}
 # models whose HF attention rotates interleaved pairs (x[2i], x[2i+1]) rather than rotate_half halves
 INTERLEAVED = {"glm", "glm4", "chatglm", "gptj", "deepseek_v2", "deepseek_v3", "cohere"}
 LAYERNORM = {"gpt_neox", "falcon", "gptj", "phi", "stablelm", "bloom", "gpt2", "mpt"}
 GEMMA = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+# models whose attention has no rotary embedding at all (ALiBi or learned absolute positions)
+NO_ROPE = {"bloom": "ALiBi", "mpt": "ALiBi", "gpt2": "learned absolute positions", "opt": "learned absolute positions",
+           "gpt_bigcode": "learned absolute positions", "baichuan": "ALiBi (13B)"}
 
 
 def _num(v) -> str:
@@ -33,17 +36,21 @@ def _text_config(cfg: dict) -> dict:
 
 
 def _scaling(cfg: dict, warnings: list[str]) -> tuple[str, float, dict]:
-    """(the spec's scaling argument or "", rope_theta, the rope parameters read)."""
+    """(the spec's scaling argument or "", rope_theta, M-RoPE's {sections, interleaved} or {})."""
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and "rope_type" in params and isinstance(params.get("full_attention"), dict):
         params = params["full_attention"]     # transformers 5 per-layer-type parameters: the global layers
     rp = dict(params or cfg.get("rope_scaling") or {})
-    theta = rp.pop("rope_theta", None) or cfg.get("rope_theta") or 10000.0
+    theta = rp.pop("rope_theta", None) or cfg.get("rope_theta") or cfg.get("rotary_emb_base") or 10000.0
     kind = rp.pop("rope_type", None) or rp.pop("type", None) or "default"
+    rp.pop("type", None)
     if kind in NOT_YET:
         raise ValueError(f"rope_type '{kind}': {NOT_YET[kind]} is not supported by ropegen yet")
-    if "mrope_section" in rp or cfg.get("mrope_section"):
-        raise ValueError("mrope_section: M-RoPE (multimodal sectioned positions) is not supported by ropegen yet")
+    mrope = {}
+    if "mrope_section" in rp or cfg.get("mrope_section"):     # Qwen2/2.5-VL, Qwen3-VL
+        mrope = {"sections": [int(x) for x in rp.pop("mrope_section", None) or cfg["mrope_section"]],
+                 "interleaved": bool(rp.pop("mrope_interleaved", False))}
+        kind = "default" if kind == "mrope" else kind
     if kind not in SUPPORTED:
         raise ValueError(f"unknown rope_type '{kind}'; ropegen reads {', '.join(SUPPORTED)} "
                          f"(and knows {', '.join(sorted(NOT_YET))}, not yet supported)")
@@ -74,17 +81,32 @@ def _scaling(cfg: dict, warnings: list[str]) -> tuple[str, float, dict]:
         known = {"factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"}
     for key in sorted(set(rp) - known):
         warnings.append(f"rope parameter '{key}' = {rp[key]!r} is not modelled by ropegen and was ignored")
-    return arg, float(theta), rp
+    return arg, float(theta), mrope
 
 
 def spec_from_config(config: dict, name: str) -> tuple[str, list[str]]:
-    """(spec text, warnings) for one transformers config."""
+    """(spec text, warnings) for one transformers config; ValueError when it has no RoPE ropegen can say."""
+    try:
+        return _spec(config, name)
+    except KeyError as exc:
+        raise ValueError(f"the config has no {exc.args[0]!r}") from None
+    except (TypeError, ZeroDivisionError) as exc:
+        raise ValueError(f"the config's attention fields are not usable ({exc})") from None
+
+
+def _spec(config: dict, name: str) -> tuple[str, list[str]]:
     cfg = _text_config(config)
     warnings: list[str] = []
     mtype = str(cfg.get("model_type") or config.get("model_type") or "")
+    if mtype in NO_ROPE or cfg.get("alibi"):
+        raise ValueError(f"model_type '{mtype}' has no rotary embedding ({NO_ROPE.get(mtype, 'ALiBi')})")
     hq = int(cfg["num_attention_heads"])
-    hk = int(cfg.get("num_key_value_heads") or hq)
+    # k heads: num_key_value_heads; Falcon's num_kv_heads (new decoder) or one head under multi_query
+    hk = int(cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
+             or (1 if cfg.get("multi_query") and not cfg.get("new_decoder_architecture") else hq))
     hidden = int(cfg["hidden_size"])
+    if hq < 1 or hk < 1 or hidden < 1:
+        raise ValueError(f"num_attention_heads {hq}, key/value heads {hk} and hidden_size {hidden} must be positive")
     dt = DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "float32"), "f32")
     if cfg.get("qk_rope_head_dim"):          # DeepSeek MLA: the rope part of q and k, k shared by all heads
         head_dim, hk = int(cfg["qk_rope_head_dim"]), 1
@@ -94,7 +116,7 @@ def spec_from_config(config: dict, name: str) -> tuple[str, list[str]]:
         interleaved = mtype in INTERLEAVED
     factor = cfg.get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
     rotary = int(head_dim * float(factor))
-    scaling, theta, _ = _scaling(cfg, warnings)
+    scaling, theta, mrope = _scaling(cfg, warnings)
     if cfg.get("rope_local_base_freq") is not None:
         warnings.append(f"rope_local_base_freq = {cfg['rope_local_base_freq']}: the sliding-window layers' RoPE "
                         f"(unscaled, that base) is not written; `rope` is the global layers'")
@@ -107,13 +129,18 @@ def spec_from_config(config: dict, name: str) -> tuple[str, list[str]]:
              "rope rope {",
              f"    in q:         {dt}[tokens=T, heads={hq}, head_dim={head_dim}]",
              f"    in k:         {dt}[tokens=T, heads={hk}, head_dim={head_dim}]",
-             "    in positions: i64[T]",
+             f"    in positions: i64[{str(len(mrope['sections'])) + ', ' if mrope else ''}T]",
              "    out q_rot = rotate(q)",
              "    out k_rot = rotate(k)",
              f"    pairing    = {'gptj' if interleaved else 'neox'}"]
     if rotary != head_dim:
         lines.append(f"    rotary_dim = {rotary}")
-    lines += ["    positions  = positions", f"    angles     = {angles}",
+    if mrope:
+        lines.append(f"    positions  = mrope(positions, sections = [{', '.join(map(str, mrope['sections']))}]"
+                     + (", interleaved = true)" if mrope["interleaved"] else ")"))
+    else:
+        lines.append("    positions  = positions")
+    lines += [f"    angles     = {angles}",
               f"    compute    = {'storage' if dt != 'f32' else 'f32'}", "}"]
     eps = cfg.get("rms_norm_eps")
     if eps is None or mtype in LAYERNORM:
