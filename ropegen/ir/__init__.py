@@ -176,6 +176,7 @@ class RopeOp:
     numerics: AngleNumerics
     trig: Trig
     loc: Loc
+    rotary_start: int = 0        # first rotated element of a head (a window [start, start + rotary_dim))
 
     kind = "rope"
 

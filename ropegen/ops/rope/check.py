@@ -8,7 +8,7 @@ from ropegen.spec import ast as A
 from ropegen.spec.diagnostics import did_you_mean
 from ropegen.spec.tensors import ROLE_NAMES
 
-SETTINGS = ("pairing", "rotary_dim", "positions", "angles", "sequences", "direction",
+SETTINGS = ("pairing", "rotary_dim", "rotary", "positions", "angles", "sequences", "direction",
             "compute", "angle_numerics", "trig")
 PAIR_WORDS = ("neox", "gptj", "block", "glm2d")
 
@@ -35,7 +35,7 @@ def check(cx) -> ir.RopeOp:
     assert isinstance(head_dim, int)
 
     pairing = _pairing(cx)
-    rotary_dim = _rotary_dim(cx, head_dim, pairing)
+    rotary_dim, rotary_start = _rotary_dim(cx, head_dim, pairing)
     sequences = _sequences(cx, first)
     positions = _positions(cx, first, sequences)
     angles = _angles(cx, first, pairing, rotary_dim, positions, head_dim)
@@ -63,7 +63,7 @@ def check(cx) -> ir.RopeOp:
         cx.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
                 cx.settings["pairing"].loc)
     return ir.RopeOp(node.name, tuple(cx.tensors.values()), outputs, pairing, rotary_dim,
-                     positions, angles, sequences, direction, compute, numerics, trig, node.loc)
+                     positions, angles, sequences, direction, compute, numerics, trig, node.loc, rotary_start)
 
 
 def _outputs(cx) -> tuple[ir.RopeOutput, ...]:
@@ -149,12 +149,17 @@ def _pairing(cx) -> ir.Pairing:
             did_you_mean(name, PAIR_WORDS) or "neox, gptj, block(coeff=N), glm2d(inner=gptj)")
 
 
-def _rotary_dim(cx, head_dim: int, pairing: ir.Pairing) -> int:
-    s = cx.setting("rotary_dim")
+def _rotary_dim(cx, head_dim: int, pairing: ir.Pairing) -> tuple[int, int]:
+    """(rotated dims, first rotated element): `rotary_dim = R` rotates [0, R), `rotary = [lo, hi]`
+    rotates [lo, hi) (DeepSeek MLA's rope part at the end of its q head); the rest is copied."""
     if head_dim % 2:
         cx.fail("C014", f"head_dim {head_dim} is odd; rotation needs pairs", cx.node.name_loc)
+    window = cx.setting("rotary")
+    if window is not None:
+        return _rotary_window(cx, window, head_dim, pairing)
+    s = cx.setting("rotary_dim")
     if s is None:
-        return head_dim
+        return head_dim, 0
     r = int(cx.number(s.value, "rotary_dim", integer=True, positive=True))
     step = 4 if pairing.kind is ir.PairKind.GLM2D else 2
     if r % step or r > head_dim:
@@ -163,7 +168,21 @@ def _rotary_dim(cx, head_dim: int, pairing: ir.Pairing) -> int:
     if pairing.kind is ir.PairKind.BLOCK and r != head_dim:
         cx.fail("C030", "block pairing rotates whole heads; drop rotary_dim", s.loc,
                 "partial rotation with ATB tables is done by splitting the tensor")
-    return r
+    return r, 0
+
+
+def _rotary_window(cx, s, head_dim: int, pairing: ir.Pairing) -> tuple[int, int]:
+    if cx.setting("rotary_dim") is not None:
+        cx.fail("C010", "give either rotary_dim or rotary = [start, stop]", s.loc)
+    v = s.value
+    if not isinstance(v, A.ListValue) or len(v.items) != 2:
+        cx.fail("C008", "rotary must be a list [start, stop] of the rotated elements", v.loc, "rotary = [128, 192]")
+    lo, hi = (int(cx.number(x, "rotary", integer=True)) for x in v.items)
+    if not 0 <= lo < hi <= head_dim or (hi - lo) % 2:
+        cx.fail("C014", f"rotary [{lo}, {hi}] must be an even-length window inside head_dim {head_dim}", v.loc)
+    if pairing.kind not in (ir.PairKind.NEOX, ir.PairKind.GPTJ):
+        cx.fail("C030", f"a rotary window needs neox or gptj pairing, not {pairing.kind.value}", s.loc)
+    return hi - lo, lo
 
 
 def _sequences(cx, first: ir.Tensor) -> str | None:

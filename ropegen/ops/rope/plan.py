@@ -2,7 +2,7 @@
 compute types and the planned angles (ops/rope/angles.py): every number a backend prints."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ropegen import ir
 from ropegen.ir.dtypes import DTYPES, DType
@@ -188,9 +188,12 @@ def plan(op: ir.RopeOp, sha: str) -> RopePlan:
     form = forms.angles_of(op.angles)
     width = table_width(op) if form.tables else None
     blocks, n_cols = _pairing_blocks(op.pairing, unit, rotary, width)
+    lo = op.rotary_start
+    if lo:       # a window [lo, lo + rotary): the same pairs, moved; columns do not move
+        blocks = tuple(replace(b, a0=b.a0 + lo, b0=b.b0 + lo) for b in blocks)
     if op.positions.kind is ir.PositionKind.MROPE:
         blocks = stream_split(blocks, lambda j: forms.mrope_stream(op.positions, j))
-    passthrough = ((rotary, unit),) if rotary < unit else ()
+    passthrough = tuple((a, b) for a, b in ((0, lo), (lo + rotary, unit)) if a < b)
     rotated_names = {o.source for o in op.outputs}
     inputs = tuple(tensor_plan(t, unit if t.name in rotated_names else None) for t in op.inputs)
     storage = first.dtype

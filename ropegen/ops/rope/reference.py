@@ -80,6 +80,8 @@ def pair_list(op: ir.RopeOp, width: int, per_element: bool = False) -> list[tupl
             for j in range(t):
                 a = 2 * t * k + j
                 pairs.append((a, a + t, a, a + t, 0))
+    if op.rotary_start:      # a rotary window: the pairs sit rotary_start elements into the head
+        pairs = [(a + op.rotary_start, b + op.rotary_start, ca, cb, k) for a, b, ca, cb, k in pairs]
     if op.positions.kind is ir.PositionKind.MROPE:    # pair j rotates with the positions of its section
         owner = mrope_pair_streams(op.positions, len(pairs))
         pairs = [(a, b, ca, cb, owner[j]) for j, (a, b, ca, cb, _) in enumerate(pairs)]
