@@ -58,9 +58,8 @@ def rope_context(p: RopePlan) -> dict:
         first_seqlen=pos.first_seqlen,
         pad=pos.pad or "",
         ff=getattr(p.angles, "freq_factors", None) or "",
-        # a fused cos_sin cache: the columns of cos and of sin in its rows
-        cos_cols=f"[..., :{p.angles.sin_column}]" if getattr(p.angles, "fused", False) else "",
-        sin_cols=f"[..., {p.angles.sin_column}:]" if getattr(p.angles, "fused", False) else "",
+        indptr=p.ir.sequences_indptr,     # `sequences` holds offsets, not lengths
+        fused=getattr(p.angles, "fused", False),     # one cos_sin cache: cos, then sin, in each row
         # B and S: an int, or the symbol the module binds in _sym; packed tokens are one batch row
         batch=1 if tokens.batch is None else tokens.batch,
         seq=tokens.seq,

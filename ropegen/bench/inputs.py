@@ -16,7 +16,7 @@ from ropegen.ops.inputs import elements, symbol_roles
 from ropegen.runtime.memory import TooLarge, format_bytes, limit_hint
 
 # sizes for symbols nobody named, by what the symbol stands for (the Llama-3 shapes)
-ROLE_DEFAULTS = {"tokens": 4096, "seq": 4096, "batch": 1, "rows": 8192, "sequences": 1, "free": 4096}
+ROLE_DEFAULTS = {"tokens": 4096, "seq": 4096, "batch": 1, "rows": 8192, "sequences": 1, "indptr": 2, "free": 4096}
 
 
 def bench_sizes(op: Operator, sizes: dict[str, int] | None) -> dict[str, int]:

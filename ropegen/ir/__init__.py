@@ -177,6 +177,7 @@ class RopeOp:
     trig: Trig
     loc: Loc
     rotary_start: int = 0        # first rotated element of a head (a window [start, start + rotary_dim))
+    sequences_indptr: bool = False   # `sequences` holds offsets [N + 1] (FlashInfer's indptr), not lengths [N]
 
     kind = "rope"
 

@@ -51,6 +51,8 @@ def symbol_bounds(op: ir.Operator, case: "Case") -> dict[str, int]:
             out[sym] = case.batch
         elif role == "sequences":
             out[sym] = max(1, case.batch)
+        elif role == "indptr":
+            out[sym] = max(1, case.batch) + 1
         elif role == "rows":
             # positions stay below max_position + tokens + 128 (decode starts) in every kind; +4 spare rows
             out[sym] = case.max_position + case.tokens + 128 + 5
@@ -98,6 +100,8 @@ def make_inputs(op: ir.Operator, case: Case, seed: int = 0) -> dict[str, np.ndar
             sizes[sym] = case.tokens
         elif role == "sequences":
             sizes[sym] = nseq
+        elif role == "indptr":
+            sizes[sym] = nseq + 1
         elif role == "rows":
             sizes[sym] = 0     # decided once positions are known
         else:

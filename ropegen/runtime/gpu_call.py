@@ -74,6 +74,18 @@ def rope_bind(p: RopePlan, cfg: RopeCfg, arrs: dict[str, DeviceArray], outs: dic
     return k, launch, values
 
 
+def sequence_lengths(p: RopePlan, values: np.ndarray, S: int) -> np.ndarray:
+    """The packed sequences' lengths in the input's own dtype (the kernels' signature names it): the
+    values themselves, or an indptr's differences after checking it starts at 0, never decreases and
+    ends at the S tokens (a ValueError otherwise)."""
+    if not p.ir.sequences_indptr:
+        return values
+    ptr = np.asarray(values).astype(np.int64)
+    if ptr.size == 0 or ptr[0] != 0 or bool((np.diff(ptr) < 0).any()) or ptr[-1] != S:
+        raise ValueError(f"{p.sequences}: the indptr must start at 0, never decrease and end at the {S} packed tokens")
+    return np.diff(ptr).astype(values.dtype)
+
+
 def positions_fit(start: int, S: int, pads: tuple[int, ...], first: int | None = None) -> bool:
     """Every formula of arange / glm2d positions fits in int64 for tokens s in [0, S) and the given
     pads (each formula is linear in s and pad: the extremes decide); the kernel's 64-bit integer
@@ -135,7 +147,11 @@ class RopeRunner:
         if p.sequences:
             # checked on the host before any launch: the kernel derives every index from these,
             # and a wrapped-around int64 sum must not pass for the token count
-            host_lens = mem.to_host(arrs[p.sequences]).astype(np.int64)
+            values = mem.to_host(arrs[p.sequences])
+            if p.ir.sequences_indptr:     # the kernels read lengths: upload the indptr's differences
+                values = sequence_lengths(p, values, S)
+                arrs[p.sequences] = mem.take(p.sequences, values, 1)
+            host_lens = values.astype(np.int64)
             if bool(((host_lens < 0) | (host_lens > S)).any()) or int(host_lens.sum()) != S:
                 raise ValueError(f"{p.sequences}: sequence lengths must be in [0, {S}] and sum to the "
                                  f"{S} packed tokens")

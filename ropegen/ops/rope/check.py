@@ -36,7 +36,7 @@ def check(cx) -> ir.RopeOp:
 
     pairing = _pairing(cx)
     rotary_dim, rotary_start = _rotary_dim(cx, head_dim, pairing)
-    sequences = _sequences(cx, first)
+    sequences, indptr = _sequences(cx, first)
     positions = _positions(cx, first, sequences)
     angles = _angles(cx, first, pairing, rotary_dim, positions, head_dim)
     direction = ir.Direction(cx.choice("direction", ("forward", "backward"), "forward"))
@@ -63,7 +63,8 @@ def check(cx) -> ir.RopeOp:
         cx.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
                 cx.settings["pairing"].loc)
     return ir.RopeOp(node.name, tuple(cx.tensors.values()), outputs, pairing, rotary_dim,
-                     positions, angles, sequences, direction, compute, numerics, trig, node.loc, rotary_start)
+                     positions, angles, sequences, direction, compute, numerics, trig, node.loc, rotary_start,
+                     indptr)
 
 
 def _outputs(cx) -> tuple[ir.RopeOutput, ...]:
@@ -185,17 +186,24 @@ def _rotary_window(cx, s, head_dim: int, pairing: ir.Pairing) -> tuple[int, int]
     return hi - lo, lo
 
 
-def _sequences(cx, first: ir.Tensor) -> str | None:
+def _sequences(cx, first: ir.Tensor) -> tuple[str | None, bool]:
+    """(the sequences input, whether it is an indptr): `sequences = LENS` ([N] lengths, ATB's seqlen)
+    or `sequences = indptr(I)` ([N + 1] offsets from 0 to the token count, FlashInfer's indptr)."""
     s = cx.setting("sequences")
     if s is None:
-        return None
-    t = cx.ref(s.value, "sequences")
+        return None, False
+    v, indptr = s.value, False
+    if isinstance(v, A.Call) and v.name == "indptr":
+        if len(v.args) != 1 or v.args[0].name is not None:
+            cx.fail("C010", "indptr takes the one input that holds the offsets", v.loc, "sequences = indptr(I)")
+        v, indptr = v.args[0].value, True
+    t = cx.ref(v, "sequences")
     if t.dtype.is_float or len(t.axes) != 1:
         cx.fail("C032", f"sequences '{t.name}' must be a 1-D integer tensor [batch]", t.loc)
     if [d.role for d in first.token_dims] != [ir.Role.TOKENS]:
         cx.fail("C032", "sequences = ... describes packed tokens; the rotated tensors need a 'tokens' dim",
                 s.loc)
-    return t.name
+    return t.name, indptr
 
 
 def _positions(cx, first: ir.Tensor, sequences: str | None) -> ir.Positions:

@@ -17,6 +17,8 @@ def status_message(p: RopePlan, code: int, shapes: Mapping[str, tuple[int, ...]]
                    read: Callable[[str], np.ndarray] | None) -> str | None:
     if code == Status.ESEQUENCES:
         _, S = tokens_of(p, shapes)
+        if p.ir.sequences_indptr:
+            return f"{p.sequences}: the indptr must start at 0, never decrease and end at the {S} packed tokens"
         return f"{p.sequences}: sequence lengths must be >= 0 and sum to the {S} packed tokens"
     if code == Status.EPOSITION:
         table = p.angles.cos if forms.angles_of(p.ir.angles).tables else None
@@ -24,7 +26,10 @@ def status_message(p: RopePlan, code: int, shapes: Mapping[str, tuple[int, ...]]
         msg = f"position out of range: the cos/sin tables have {rows} rows"
         note = forms.position_of(p.positions).range_note   # what its position form can say of the positions asked
         if read is not None and note is not None:
-            msg += note(p.positions, p.sequences, read, shapes)
+            def values(name: str) -> np.ndarray:     # the sequences as lengths, whatever form holds them
+                v = np.asarray(read(name))
+                return np.diff(v.astype(np.int64)) if name == p.sequences and p.ir.sequences_indptr else v
+            msg += note(p.positions, p.sequences, values, shapes)
         return msg
     if code == Status.EOVERFLOW:
         return (f"position arithmetic overflows int64 ({p.positions.kind.value} positions: start, "

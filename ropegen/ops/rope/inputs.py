@@ -21,7 +21,7 @@ def symbol_roles(op: ir.RopeOp, roles: dict[str, str]) -> None:
     if op.sequences:
         s = op.tensor(op.sequences).axes[0].size
         if isinstance(s, str):
-            roles.setdefault(s, "sequences")
+            roles.setdefault(s, "indptr" if op.sequences_indptr else "sequences")
 
 
 def case_bytes(op: ir.RopeOp, case, count) -> int:
@@ -115,9 +115,11 @@ def make_inputs(op: ir.RopeOp, case, rng: np.random.Generator, sizes: dict[str, 
     if op.sequences:
         seqt = op.tensor(op.sequences)
         n = sizes[seqt.axes[0].size] if isinstance(seqt.axes[0].size, str) else seqt.axes[0].size
+        n -= 1 if op.sequences_indptr else 0     # an indptr has one more entry than sequences
         cuts = np.sort(rng.integers(0, S + 1, n - 1)) if n > 1 else np.array([], dtype=np.int64)
         lens = np.diff(np.concatenate([[0], cuts, [S]])).astype(seqt.dtype.np_dtype)
-        arrays[op.sequences] = lens
+        arrays[op.sequences] = np.concatenate([[0], np.cumsum(lens)]).astype(seqt.dtype.np_dtype) \
+            if op.sequences_indptr else lens
         max_rows_needed = max(1, int(lens.max()) if lens.size else 1)
     angles = forms.angles_of(op.angles)
     position = forms.position_of(op.positions)

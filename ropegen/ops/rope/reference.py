@@ -165,7 +165,12 @@ def token_positions(op, arrays, B, S):
 
 
 def in_sequence_positions(op, arrays, B, S):
-    lens = [int(n) for n in np.asarray(arrays[op.sequences]).astype(np.int64)]
+    v = np.asarray(arrays[op.sequences]).astype(np.int64)
+    if op.sequences_indptr:       # offsets: 0 first, then each sequence's end
+        if v.size == 0 or v[0] != 0:
+            raise ValueError(f"indptr {v.tolist()} must start at 0")
+        v = np.diff(v)
+    lens = [int(n) for n in v]
     if any(n < 0 for n in lens) or sum(lens) != S:
         raise ValueError(f"sequence lengths {lens} must be >= 0 and sum to the {S} packed tokens")
     out = np.empty(S, dtype=np.int64)

@@ -53,10 +53,12 @@ def bench_inputs(op: ir.RopeOp, sizes: dict[str, int], positions: str,
     rows = None if lead is None else (sizes[lead] if isinstance(lead, str) else int(lead))
     if op.sequences:
         t = op.tensor(op.sequences)
-        n = resolve(t, sizes)[0]
+        n = resolve(t, sizes)[0] - (1 if op.sequences_indptr else 0)
         lens = np.full(n, S // max(n, 1), dtype=np.int64)
         if n:
             lens[-1] += S - int(lens.sum())
+        if op.sequences_indptr:
+            lens = np.concatenate([[0], np.cumsum(lens)])
         out[op.sequences] = lens.astype(t.dtype.np_dtype)
     draw = forms.position_of(op.positions).bench
     if draw is not None:

@@ -138,7 +138,8 @@ def _ids_span(pos: ir.Positions, sequences: str | None, read, shapes) -> str:
 
 
 def _longest_sequence(pos: ir.Positions, sequences: str | None, read, shapes) -> str:
-    return f", the longest sequence has {int(read(sequences).max())} tokens"
+    lens = read(sequences)     # lengths (failures.py reads an indptr's differences)
+    return f", the longest sequence has {int(lens.max())} tokens" if lens.size else ""
 
 
 P = ir.PositionKind
