@@ -332,13 +332,16 @@ rope p {
 """
 
 
-@pytest.mark.parametrize("call,arg", [("in_sequence(start = 3)", "start"), ("in_sequence(3)", "3")])
-def test_in_sequence_with_arguments_says_it_takes_none(call, arg):
+@pytest.mark.parametrize("call,arg,code,says,hint", [
+    ("in_sequence(start = 3)", "3", "C008", "names an input", "arange(start"),
+    ("in_sequence(3)", "3", "C010", "no positional argument", "start=..."),
+])
+def test_in_sequence_arguments_are_checked(call, arg, code, says, hint):
     spec = _edit(PACKED, "positions = in_sequence", f"positions = {call}")
     err = _errors(spec)
-    assert _where(spec) == [("C010", 7, _col(spec.split("\n")[6], arg))], str(err)
+    assert _where(spec) == [(code, 7, _col(spec.split("\n")[6], arg))], str(err)
     d = err.diagnostics[0]
-    assert "no arguments" in d.message and "sequences" in (d.hint or "")
+    assert says in d.message and hint in (d.hint or ""), (d.message, d.hint)
 
 
 def test_in_sequence_called_without_arguments_is_in_sequence():

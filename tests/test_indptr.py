@@ -50,3 +50,50 @@ def test_malformed_indptr_is_refused(backend, ptr):
     c = s = np.zeros((12, 8), np.float32)
     with pytest.raises(ValueError, match="indptr must start at 0, never decrease and end at the 9"):
         prog["by_ptr"].run(q, np.array(ptr, np.int64), c, s, backend=backend)
+
+
+OFFSETS = """
+rope off {{ in q: f32[tokens=T, heads=3, head_dim=16] in I: {it}[N1] in o: {it}[N] in c: f32[R, 8] in s: f32[R, 8]
+  out q_rot = rotate(q) pairing = neox sequences = indptr(I) positions = in_sequence(start = o)
+  angles = table(cos = c, sin = s) }}
+rope by_ids {{ in q: f32[tokens=T, heads=3, head_dim=16] in pos: i64[T] in c: f32[R, 8] in s: f32[R, 8]
+  out q_rot = rotate(q) pairing = neox positions = pos angles = table(cos = c, sin = s) }}
+rope lens_off {{ in q: bf16[tokens=T, heads=2, head_dim=16] in L: {it}[N] in o: i64[N]
+  out q_rot = rotate(q) pairing = gptj sequences = L positions = in_sequence(start = o) angles = computed(base = 10000) }}
+"""
+
+
+@pytest.mark.parametrize("backend", RUNNABLE)
+@pytest.mark.parametrize("it", ["i32", "i64"])
+def test_offsets_place_each_sequence(backend, it):
+    prog = ropegen.compile(OFFSETS.format(it=it))
+    rng = np.random.default_rng(4)
+    lens, offs = [3, 0, 5, 1], [7, 2, 30, 0]
+    T = sum(lens)
+    dt = np.int32 if it == "i32" else np.int64
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(dt)
+    pos = np.concatenate([np.arange(n) + o for n, o in zip(lens, offs)]).astype(np.int64)
+    q = rng.standard_normal((T, 3, 16)).astype(np.float32)
+    c, s = (rng.uniform(-1, 1, (40, 8)).astype(np.float32) for _ in range(2))
+    got = prog["off"].run(q, ptr, np.array(offs, dt), c, s, backend=backend)
+    assert np.array_equal(got, prog["by_ids"].run(q, pos, c, s, backend=backend))
+    # the same through lengths, computed angles: against the reference
+    qb = q[:, :2].astype(prog["lens_off"].ir.inputs[0].dtype.np_dtype)
+    arrays = {"q": qb, "L": np.array(lens, dt), "o": np.array(offs, np.int64)}
+    ref = reference.evaluate(prog["lens_off"].ir, arrays)
+    out = prog["lens_off"].run(qb, arrays["L"], arrays["o"], backend=backend)
+    np.testing.assert_allclose(np.asarray(out, np.float64), ref["q_rot"], atol=0.05)
+
+
+@pytest.mark.parametrize("backend", RUNNABLE)
+def test_offsets_must_fit(backend):
+    prog = ropegen.compile(OFFSETS.format(it="i64"))
+    q = np.ones((4, 3, 16), np.float32)
+    c = s = np.zeros((12, 8), np.float32)
+    ptr = np.array([0, 2, 4], np.int64)
+    with pytest.raises(ValueError, match="offset"):          # 3 offsets for 2 sequences
+        prog["off"].run(q, ptr, np.array([0, 1, 2], np.int64), c, s, backend=backend)
+    big = np.iinfo(np.int64).max
+    with pytest.raises(ValueError, match="overflows int64"):
+        prog["lens_off"].run(np.ones((4, 2, 16), prog["lens_off"].ir.inputs[0].dtype.np_dtype),
+                             np.array([2, 2], np.int64), np.array([0, big], np.int64), backend=backend)

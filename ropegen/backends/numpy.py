@@ -44,7 +44,7 @@ def rope_context(p: RopePlan) -> dict:
     first = tensors[p.streams[0].src]
     tokens = token_dims(p)
     pos = p.positions
-    args: list[str] = [name for name in (pos.ids, p.sequences, pos.pad) if name]
+    args: list[str] = [name for name in (pos.ids, p.sequences, pos.pad, pos.offsets) if name]
     args += [v for v in (pos.start, pos.first_seqlen) if isinstance(v, str)]
     rotated = [tensors[st.src].real_heads for st in p.streams if st.rotate]
     kind = p.angles.kind    # the templates' angles_kind: exact | ggml | table

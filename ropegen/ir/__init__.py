@@ -113,6 +113,7 @@ class Positions:
     streams: int = 1     # position streams, each rotating its own part of the head (glm2d: two halves)
     sections: tuple[int, ...] = ()   # mrope: pairs per stream (temporal, height, width), in pair order
     interleaved: bool = False        # mrope: streams take pairs round-robin (Qwen3-VL), else in runs
+    offsets: str | None = None       # in_sequence: an input [sequences], the position of each one's first token
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,13 @@ class RopeRunner:
                 raise ValueError(f"{p.sequences}: sequence lengths must be in [0, {S}] and sum to the "
                                  f"{S} packed tokens")
             seq_ends = mem.prefix_sums(arrs[p.sequences])
+            if p.positions.offsets:   # one per sequence, offset + index within int64
+                offs = mem.to_host(arrs[p.positions.offsets]).astype(np.int64)
+                if offs.shape[0] != host_lens.shape[0]:
+                    raise ValueError(f"{p.positions.offsets}: {offs.shape[0]} offsets for {host_lens.shape[0]} "
+                                     f"sequences")
+                if bool((offs > np.iinfo(np.int64).max - (np.maximum(host_lens, 1) - 1)).any()):
+                    raise ValueError(f"{p.positions.offsets}: offset + index overflows int64")
         check_position_arith(p, arrs, mem, B, S)
         seq_ptr = seq_ends.ptr if seq_ends is not None and seq_ends.shape[0] else err.ptr
         k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr, call=call)

@@ -128,6 +128,8 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         seqlen=_name(params, "in", p.sequences) if p.sequences else "",
         nseq=_size(p.ir.tensor(p.sequences).axes[0].size, params) if p.sequences else None,
         indptr=p.ir.sequences_indptr,     # `sequences` holds offsets [N + 1], not lengths
+        offsets=_name(params, "in", pos.offsets) if pos.offsets else "",
+        noffsets=_size(p.ir.tensor(pos.offsets).axes[0].size, params) if pos.offsets else None,
         sin_negate=p.sin_sign < 0,
         chunk_tokens=max(1, CHUNK_BYTES // max(1, per_token)),
         stream_min_tokens=_stream_min(p.storage, per_token),

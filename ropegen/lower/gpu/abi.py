@@ -67,6 +67,9 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
                _int(param, f"t_{p.sequences}_si", ("axis_stride", p.sequences, 0)),
                _int(param, "n_seq", ("extent", p.sequences, 0)),
                param("seq_ends", ("seq_ends",), DTYPES["i64"], const=True)]
+        if pos.offsets:     # in_sequence(start = OFFSETS): each sequence's first position
+            ps += [_in(param, "t_" + pos.offsets, pos.offsets, tensors[pos.offsets].dtype),
+                   _int(param, f"t_{pos.offsets}_si", ("axis_stride", pos.offsets, 0))]
     a = p.angles
     if a.kind == "table":
         for name in dict.fromkeys((a.cos, a.sin)):      # a fused cos_sin cache is one tensor

@@ -17,9 +17,11 @@ def status_message(p: RopePlan, code: int, shapes: Mapping[str, tuple[int, ...]]
                    read: Callable[[str], np.ndarray] | None) -> str | None:
     if code == Status.ESEQUENCES:
         _, S = tokens_of(p, shapes)
+        offsets = f", with one offset in '{p.positions.offsets}' per sequence" if p.positions.offsets else ""
         if p.ir.sequences_indptr:
-            return f"{p.sequences}: the indptr must start at 0, never decrease and end at the {S} packed tokens"
-        return f"{p.sequences}: sequence lengths must be >= 0 and sum to the {S} packed tokens"
+            return (f"{p.sequences}: the indptr must start at 0, never decrease and end at the {S} packed "
+                    f"tokens{offsets}")
+        return f"{p.sequences}: sequence lengths must be >= 0 and sum to the {S} packed tokens{offsets}"
     if code == Status.EPOSITION:
         table = p.angles.cos if forms.angles_of(p.ir.angles).tables else None
         rows = shapes[table][0] if table else 0

@@ -22,6 +22,10 @@ def symbol_roles(op: ir.RopeOp, roles: dict[str, str]) -> None:
         s = op.tensor(op.sequences).axes[0].size
         if isinstance(s, str):
             roles.setdefault(s, "indptr" if op.sequences_indptr else "sequences")
+        if op.positions.offsets:
+            n = op.tensor(op.positions.offsets).axes[0].size
+            if isinstance(n, str):
+                roles.setdefault(n, "sequences")
 
 
 def case_bytes(op: ir.RopeOp, case, count) -> int:
@@ -73,6 +77,21 @@ def draw_mrope(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: di
     arrays[pos.ids] = ids.reshape(tuple(sizes.get(a.size, a.size) if isinstance(a.size, str) else a.size
                                         for a in t.axes))
     return int(ids.max()) + 1 if ids.size else 1
+
+
+def draw_offsets(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: dict, table_rows) -> int:
+    """in_sequence(start = OFFSETS): an offset per sequence, the longest sequence still inside the table."""
+    lens = np.asarray(arrays[op.sequences]).astype(np.int64)
+    if op.sequences_indptr:
+        lens = np.diff(lens)
+    longest = int(lens.max()) if lens.size else 0
+    if not op.positions.offsets:
+        return max(1, longest)
+    t = op.tensor(op.positions.offsets)
+    hi = case.max_position if table_rows is None else max(1, min(case.max_position, table_rows - longest))
+    offs = rng.integers(0, hi, lens.size).astype(t.dtype.np_dtype)
+    arrays[op.positions.offsets] = offs
+    return max(1, max((int(o) + int(n) for o, n in zip(offs, lens)), default=1))
 
 
 def draw_arange(op: ir.RopeOp, case, rng, B: int, S: int, sizes: dict, arrays: dict, table_rows) -> int:

@@ -173,11 +173,18 @@ def in_sequence_positions(op, arrays, B, S):
     lens = [int(n) for n in v]
     if any(n < 0 for n in lens) or sum(lens) != S:
         raise ValueError(f"sequence lengths {lens} must be >= 0 and sum to the {S} packed tokens")
+    offsets = [0] * len(lens)
+    if op.positions.offsets:      # the position of each sequence's first token
+        offsets = [int(o) for o in np.asarray(arrays[op.positions.offsets]).astype(np.int64)]
+        if len(offsets) != len(lens):
+            raise ValueError(f"{len(offsets)} offsets for {len(lens)} sequences")
+        if not _fits(*(o + max(n - 1, 0) for o, n in zip(offsets, lens))):
+            raise ValueError("offset + index overflows int64")
     out = np.empty(S, dtype=np.int64)
     t = 0
-    for n in lens:
+    for n, o in zip(lens, offsets):
         for i in range(int(n)):
-            out[t] = i
+            out[t] = o + i
             t += 1
     return [out.reshape(1, S)]
 

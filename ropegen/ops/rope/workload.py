@@ -45,6 +45,20 @@ def bench_offsets(op: ir.RopeOp, sizes: dict[str, int], out: dict, B: int, S: in
         out[pos.first_seqlen] = np.array(S, dtype=op.tensor(pos.first_seqlen).dtype.np_dtype)
 
 
+def bench_sequence_offsets(op: ir.RopeOp, sizes: dict[str, int], out: dict, B: int, S: int, rows: int | None,
+                           positions: str, rng: np.random.Generator) -> None:
+    """in_sequence(start = OFFSETS): 0 per sequence ('prefill', or when table rows bound the
+    positions), else a random decode offset per sequence."""
+    pos = op.positions
+    if not pos.offsets:
+        return
+    lens = np.asarray(out[op.sequences]).astype(np.int64)
+    n = lens.size - 1 if op.sequences_indptr else lens.size
+    t = op.tensor(pos.offsets)
+    offs = np.zeros(n, np.int64) if positions == "prefill" or rows is not None else rng.integers(0, 1 << 16, n)
+    out[pos.offsets] = offs.astype(t.dtype.np_dtype)
+
+
 def bench_inputs(op: ir.RopeOp, sizes: dict[str, int], positions: str,
                  rng: np.random.Generator) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}

@@ -63,15 +63,26 @@ def _ids(cx, row, v: A.Word, first: ir.Tensor, sequences: str | None) -> ir.Posi
 
 
 def _in_sequence(cx, row, v, first: ir.Tensor, sequences: str | None) -> ir.Positions:
+    offsets = None
     if isinstance(v, A.Call) and v.args:
-        a = v.args[0]
-        what = f"'{a.name}'" if a.name else "a positional argument"
-        cx.fail("C010", f"in_sequence takes no arguments, not {what}", a.loc,
-                "write `positions = in_sequence` with `sequences = SEQLEN`; positions from an offset "
-                "are arange(start = ...)")
+        args = cx.call_args(v, row.args, row.required)
+        if not isinstance(args["start"], A.Word):
+            cx.fail("C008", "in_sequence(start = ...) names an input with each sequence's first position",
+                    args["start"].loc, "a constant start for every token is arange(start = ...)")
+        t = cx.ref(args["start"], "start")
+        if t.dtype.name not in ("i32", "i64") or len(t.axes) != 1:
+            cx.fail("C016", f"in_sequence start '{t.name}' must be an i32 or i64 tensor [sequences]: the "
+                    "position of each sequence's first token", t.loc)
+        offsets = t.name
     if sequences is None:
-        cx.fail("C030", "positions = in_sequence needs `sequences = SEQLEN`", v.loc)
-    return ir.Positions(row.kind)
+        cx.fail("C030", "positions = in_sequence needs `sequences = SEQLEN` or `sequences = indptr(I)`", v.loc)
+    seq = cx.tensors[sequences]
+    s = cx.setting("sequences").value
+    indptr = isinstance(s, A.Call) and s.name == "indptr"      # [N + 1] offsets: the count is checked per call
+    if offsets is not None and not indptr and cx.tensors[offsets].axes[0].size != seq.axes[0].size:
+        cx.fail("C016", f"in_sequence start '{offsets}' must have one entry per sequence: "
+                f"[{seq.axes[0].size}], as '{sequences}'", cx.tensors[offsets].loc)
+    return ir.Positions(row.kind, offsets=offsets)
 
 
 def _start_pad(cx, args: dict, first: ir.Tensor) -> tuple[ir.Scalar, str | None]:
@@ -151,9 +162,11 @@ POSITIONS: tuple[PositionForm, ...] = (
                  per_token=False, reference="id_positions", inputs="draw_ids",
                  explain=lambda pos: f"gathered from '{pos.ids}'", takes_ids=True, bench="bench_ids",
                  range_note=_ids_span),
-    PositionForm(P.IN_SEQUENCE, "in_sequence", bare=True, synopsis="in_sequence", args=(), required=(),
-                 check=_in_sequence, per_token=False, reference="in_sequence_positions", inputs=None,
-                 explain=lambda pos: "index of each token inside its sequence", range_note=_longest_sequence),
+    PositionForm(P.IN_SEQUENCE, "in_sequence", bare=True, synopsis="in_sequence(start = OFFSETS)", args=("start",),
+                 required=(), check=_in_sequence, per_token=False, reference="in_sequence_positions",
+                 inputs="draw_offsets", bench="bench_sequence_offsets",
+                 explain=lambda pos: "index of each token inside its sequence"
+                 + (f" + {pos.offsets}[its sequence]" if pos.offsets else ""), range_note=_longest_sequence),
     PositionForm(P.ARANGE, "arange", bare=False, synopsis="arange(start=, pad=)", args=("start", "pad"),
                  required=(), check=_arange, per_token=False, reference="arange_positions", inputs="draw_arange",
                  explain=lambda pos: f"start ({pos.start}) + s - pad ({pos.pad or 0})[b]", bench="bench_offsets",
