@@ -256,7 +256,8 @@ def test_rmsnorm_operator_iff_the_model_uses_rmsnorm(name):
     if eps is None:
         assert names == ["rope"], text
         return
-    assert sorted(names) == ["rmsnorm", "rope"], text
+    # Gemma 3 adds its sliding-window layers' rope_local
+    assert sorted(names) == ["rmsnorm", "rope"] + (["rope_local"] if name == "gemma-3-4b" else []), text
     op = prog["rmsnorm"]
     assert op.kind == "rmsnorm"
     assert op.inputs == ("x", "weight") and op.outputs == ("y",), text
@@ -402,9 +403,13 @@ def test_mrope_configs_import_as_mrope_positions(name, edit, sections, interleav
     assert [a.size for a in rope.ir.tensor("positions").axes] == [3, "T"]
 
 
-def test_gemma3_warns_about_local_layers():
-    _, _, warns = imported("gemma-3-4b")
-    assert any("rope_local_base_freq" in w for w in warns), warns
+def test_gemma3_local_layers_get_their_own_rope():
+    prog, _, _ = imported("gemma-3-4b")
+    cfg = load("gemma-3-4b")["text_config"]
+    local, glob = prog["rope_local"].ir, prog["rope"].ir
+    assert local.angles.base == cfg["rope_local_base_freq"] and type(local.angles.scaling).__name__ == "NoScaling"
+    assert glob.angles.base == cfg["rope_theta"] and type(glob.angles.scaling).__name__ == "LinearScaling"
+    assert [t.name for t in local.inputs] == ["q", "k", "positions"]
 
 
 @pytest.mark.parametrize("name", GEMMA)

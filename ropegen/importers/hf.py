@@ -84,6 +84,26 @@ def _scaling(cfg: dict, warnings: list[str]) -> tuple[str, float, dict]:
     return arg, float(theta), mrope
 
 
+def _rope(op: str, angles: str, *, hq: int, hk: int, head_dim: int, rotary: int, interleaved: bool, mrope: dict,
+          dt: str) -> list[str]:
+    """The lines of one rope operator of the contract (q, k, positions -> q_rot, k_rot)."""
+    lines = [f"rope {op} {{",
+             f"    in q:         {dt}[tokens=T, heads={hq}, head_dim={head_dim}]",
+             f"    in k:         {dt}[tokens=T, heads={hk}, head_dim={head_dim}]",
+             f"    in positions: i64[{str(len(mrope['sections'])) + ', ' if mrope else ''}T]",
+             "    out q_rot = rotate(q)",
+             "    out k_rot = rotate(k)",
+             f"    pairing    = {'gptj' if interleaved else 'neox'}"]
+    if rotary != head_dim:
+        lines.append(f"    rotary_dim = {rotary}")
+    if mrope:
+        lines.append(f"    positions  = mrope(positions, sections = [{', '.join(map(str, mrope['sections']))}]"
+                     + (", interleaved = true)" if mrope["interleaved"] else ")"))
+    else:
+        lines.append("    positions  = positions")
+    return lines + [f"    angles     = {angles}", f"    compute    = {'storage' if dt != 'f32' else 'f32'}", "}"]
+
+
 def spec_from_config(config: dict, name: str) -> tuple[str, list[str]]:
     """(spec text, warnings) for one transformers config; ValueError when it has no RoPE ropegen can say."""
     try:
@@ -117,31 +137,18 @@ def _spec(config: dict, name: str) -> tuple[str, list[str]]:
     factor = cfg.get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
     rotary = int(head_dim * float(factor))
     scaling, theta, mrope = _scaling(cfg, warnings)
-    if cfg.get("rope_local_base_freq") is not None:
-        warnings.append(f"rope_local_base_freq = {cfg['rope_local_base_freq']}: the sliding-window layers' RoPE "
-                        f"(unscaled, that base) is not written; `rope` is the global layers'")
     angles = f"computed(base = {_num(theta)}{', scaling = ' + scaling if scaling else ''})"
     lines = [f"# {name}: imported by `ropegen import-hf` from its config.json (model_type '{mtype}').",
              f"# transformers' attention RoPE: {'interleaved pairs' if interleaved else 'rotate_half'}"
              + (f", the first {rotary} of {head_dim} dims rotated" if rotary != head_dim else "")
              + (", cos/sin and every product rounded to the activation dtype as HF does" if dt != "f32" else "")
-             + ".",
-             "rope rope {",
-             f"    in q:         {dt}[tokens=T, heads={hq}, head_dim={head_dim}]",
-             f"    in k:         {dt}[tokens=T, heads={hk}, head_dim={head_dim}]",
-             f"    in positions: i64[{str(len(mrope['sections'])) + ', ' if mrope else ''}T]",
-             "    out q_rot = rotate(q)",
-             "    out k_rot = rotate(k)",
-             f"    pairing    = {'gptj' if interleaved else 'neox'}"]
-    if rotary != head_dim:
-        lines.append(f"    rotary_dim = {rotary}")
-    if mrope:
-        lines.append(f"    positions  = mrope(positions, sections = [{', '.join(map(str, mrope['sections']))}]"
-                     + (", interleaved = true)" if mrope["interleaved"] else ")"))
-    else:
-        lines.append("    positions  = positions")
-    lines += [f"    angles     = {angles}",
-              f"    compute    = {'storage' if dt != 'f32' else 'f32'}", "}"]
+             + "."]
+    shape = dict(hq=hq, hk=hk, head_dim=head_dim, rotary=rotary, interleaved=interleaved, mrope=mrope, dt=dt)
+    lines += _rope("rope", angles, **shape)
+    local = cfg.get("rope_local_base_freq")
+    if local is not None:      # Gemma 3: the sliding-window layers rotate with their own, unscaled base
+        lines += ["", "# the sliding-window layers' RoPE (rope_local_base_freq, no scaling)"]
+        lines += _rope("rope_local", f"computed(base = {_num(local)})", **shape)
     eps = cfg.get("rms_norm_eps")
     if eps is None or mtype in LAYERNORM:
         warnings.append(f"model_type '{mtype}' normalizes with LayerNorm: no rmsnorm operator written")
