@@ -97,3 +97,10 @@ def test_offsets_must_fit(backend):
     with pytest.raises(ValueError, match="overflows int64"):
         prog["lens_off"].run(np.ones((4, 2, 16), prog["lens_off"].ir.inputs[0].dtype.np_dtype),
                              np.array([2, 2], np.int64), np.array([0, big], np.int64), backend=backend)
+
+
+def test_offsets_of_lengths_share_their_size():
+    from ropegen.spec.diagnostics import SpecError
+    with pytest.raises(SpecError, match="C016.*one entry per sequence"):
+        ropegen.compile("""rope r { in q: f32[tokens=T, heads=2, head_dim=8] in L: i32[N] in o: i32[M]
+  out q_rot = rotate(q) pairing = neox sequences = L positions = in_sequence(start = o) angles = computed(base = 10000) }""")

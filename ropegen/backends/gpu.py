@@ -16,7 +16,7 @@ class GpuBackend(Backend):
     memory: type          # its runtime/gpu_call.GpuMemory implementation
     suffix: str           # the source file suffix ("cu"); templates are <kind>.<suffix>.j2
     kernel_word: str      # how status messages name its kernels ("the CUDA kernel")
-    run_options = frozenset({"check", "inplace", "out", "stream"})   # runtime/gpu_call.py's runners
+    run_options = gpu_call.OPTIONS     # what runtime/gpu_call.py's runners take
 
     def config(self, plan) -> Any:
         return CONFIGS[plan.kind](plan, self.facts.Param)

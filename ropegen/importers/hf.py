@@ -176,8 +176,8 @@ def import_config(path: str | Path, out_dir: str | Path) -> tuple[Path, list[str
     name = re.sub(r"[^A-Za-z0-9_]+", "_", path.stem if path.stem != "config" else path.parent.name or "model")
     try:
         text, warnings = spec_from_config(config, name)
-    except KeyError as exc:
-        raise ValueError(f"{path}: the config has no {exc.args[0]!r}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     from ropegen import compile as compile_spec
     compile_spec(text)    # the importer's own output must compile: a SpecError here is a bug of ours
     out = Path(out_dir)

@@ -23,6 +23,7 @@ from ropegen.runtime import host
 from ropegen.runtime.arrays import DeviceArray, c_strides
 
 RULES = host.Rules()          # the scalar kernels read any strides: nothing is copied or refused
+OPTIONS = frozenset({"check", "inplace", "out", "stream"})   # the keyword options of a runner call
 
 
 class GpuMemory(Protocol):
@@ -234,7 +235,7 @@ def _no_options(options: dict, kernel_word: str) -> None:
     """A ValueError naming the options a GPU call does not take (threads= is the C backend's)."""
     if options:
         raise ValueError(f"{kernel_word} takes no option {', '.join(map(repr, sorted(options)))}; its options "
-                         f"are check, inplace, out and stream")
+                         f"are {', '.join(sorted(OPTIONS))}")
 
 
 # The runner of each operator kind (the plan's `.kind` word).

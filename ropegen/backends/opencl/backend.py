@@ -125,13 +125,13 @@ def _launcher(loader, source: str):
         import pyopencl as cl
         queue, block = mem.queue, shape.block[0]
         ctx = queue.context.int_ptr
-        if (ctx, k.name) not in kernels:
+        if (ctx, k.name) not in kernels:     # built and checked once: a kernel's work-group size is fixed
+            if block > queue.device.max_work_group_size:
+                raise OpenCLError(f"{k.name} needs work-groups of {block} work-items; the OpenCL device "
+                                  f"'{queue.device.name}' allows {queue.device.max_work_group_size}")
             if ctx not in programs:
                 programs[ctx] = _build(loader, source, queue)
             kernels[ctx, k.name] = cl.Kernel(programs[ctx], k.name)
-        if block > queue.device.max_work_group_size:
-            raise OpenCLError(f"{k.name} needs work-groups of {block} work-items; the OpenCL device "
-                              f"'{queue.device.name}' allows {queue.device.max_work_group_size}")
         args = [mem.resolve(v, prm.dtype.itemsize) if prm.is_pointer else v for prm, v in zip(k.params, values)]
         kernels[ctx, k.name](queue, (shape.grid[0] * block, shape.grid[1], shape.grid[2]), (block, 1, 1),
                              *loader.arguments(k.name, args))

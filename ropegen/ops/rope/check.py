@@ -52,6 +52,11 @@ def check(cx) -> ir.RopeOp:
         cx.fail("C030", "glm2d pairing and glm2d positions go together: the two halves rotate with the "
                 "two position streams", where,
                 "use `pairing = glm2d(...)` with `positions = glm2d(...)`")
+    if positions.offsets and not indptr:     # (with an indptr [N + 1] the count is checked per call)
+        off, seq = cx.tensors[positions.offsets], cx.tensors[sequences]
+        if off.axes[0].size != seq.axes[0].size:
+            cx.fail("C016", f"in_sequence start '{off.name}' must have one entry per sequence: "
+                    f"[{seq.axes[0].size}], as '{seq.name}'", off.loc)
     if positions.kind is ir.PositionKind.MROPE:
         where = cx.settings["positions"].loc
         if pairing.kind not in (ir.PairKind.NEOX, ir.PairKind.GPTJ):

@@ -3,6 +3,7 @@ compute types and the planned angles (ops/rope/angles.py): every number a backen
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ropegen import ir
 from ropegen.ir.dtypes import DTYPES, DType
@@ -148,7 +149,7 @@ def _pairing_blocks(p: ir.Pairing, unit: int, rotary_dim: int,
     return inner(half, 0, 0, 0) + inner(half, half, 0, 1), half // 2
 
 
-def stream_split(blocks: tuple[PairBlock, ...], stream_of: "callable") -> tuple[PairBlock, ...]:
+def stream_split(blocks: tuple[PairBlock, ...], stream_of: Callable[[int], int]) -> tuple[PairBlock, ...]:
     """The pairs of `blocks` (pair j in order) regrouped by stream_of(j): runs of equal steps become
     one block each (M-RoPE's sections are runs; Qwen3-VL's interleaving is stride-3 runs)."""
     pairs = [(blk.a0 + k * blk.a_step, blk.b0 + k * blk.b_step, blk.ca0 + k * blk.ca_step,

@@ -76,12 +76,6 @@ def _in_sequence(cx, row, v, first: ir.Tensor, sequences: str | None) -> ir.Posi
         offsets = t.name
     if sequences is None:
         cx.fail("C030", "positions = in_sequence needs `sequences = SEQLEN` or `sequences = indptr(I)`", v.loc)
-    seq = cx.tensors[sequences]
-    s = cx.setting("sequences").value
-    indptr = isinstance(s, A.Call) and s.name == "indptr"      # [N + 1] offsets: the count is checked per call
-    if offsets is not None and not indptr and cx.tensors[offsets].axes[0].size != seq.axes[0].size:
-        cx.fail("C016", f"in_sequence start '{offsets}' must have one entry per sequence: "
-                f"[{seq.axes[0].size}], as '{sequences}'", cx.tensors[offsets].loc)
     return ir.Positions(row.kind, offsets=offsets)
 
 
