@@ -112,7 +112,7 @@ def cmd_explain(args) -> int:
         program = _load(spec)
         print(f"# {spec} (sha256 {program.spec.sha256[:16]}...)")
         for op in program:
-            print(explain(op.plan))
+            print(explain(op.plan, args.length or ()))
             print()
     return EXIT_OK
 
@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="print the resolved plan: pair map, frequencies, constants, dtypes")
     p.add_argument("spec", nargs="+", metavar="SPEC")
+    p.add_argument("--length", type=_int_option(0, 2 ** 62, "length"), action="append", metavar="N",
+                   help="also show what longrope / dynamic_ntk frequencies apply to a call of this length "
+                        "(max position + 1); may be repeated")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("import-onnx", help="write a .rope spec for each RotaryEmbedding / RMSNormalization node",

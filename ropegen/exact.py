@@ -42,6 +42,10 @@ def log(x) -> Real:
     return _CTX.log(real(x))
 
 
+def sqrt(x) -> Real:
+    return _CTX.sqrt(real(x))
+
+
 def _nearest(x: Real, np_type) -> float:
     """x rounded to the nearest value of np_type (float32 or float64), ties to an even significand.
 

@@ -414,10 +414,10 @@ def write_case(path: Path, kern: CKernel, bound) -> list[tuple[int, np.ndarray]]
     outs = []
     with open(path, "wb") as f:
         for i, q in enumerate(kern.params):
-            if q.kind in ("in", "out"):
+            if q.kind in ("in", "out", "freq"):
                 a = bound.arrays[i]
                 lo, hi = byte_bounds(a) if a.size else (a.ctypes.data, a.ctypes.data)
-                if q.kind == "in":
+                if q.kind in ("in", "freq"):
                     f.write(struct.pack("<qq", hi - lo, a.ctypes.data - lo))
                     f.write(ctypes.string_at(lo, hi - lo) if hi > lo else b"")
                 else:

@@ -43,6 +43,7 @@ from ropegen.crosscheck import compare
 from ropegen.runtime import gpu_call
 from ropegen.ops.inputs import CASES, make_inputs
 from ropegen.ops.plan import RopePlan
+from ropegen.ops.rope.frequency_rows import frequency_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.rope"))
@@ -572,6 +573,8 @@ def _run_host(op, arrays: dict[str, np.ndarray], kernel: str | None, inplace: bo
         outs[st.out] = cuda_backend.as_array(outs_np[st.out])
     B, S = cuda_backend.tokens_of(p, arrs)
     err = np.zeros(1, dtype=np.int32)
+    rows = frequency_rows(p)     # longrope / dynamic_ntk: the call's frequency rows, as the runner makes them
+    freq = rows.for_call(lambda n: np.asarray(arrays[n]), {n: a.shape for n, a in arrays.items()}) if rows else None
     if p.sequences:      # the lengths the runner hands the kernels (an indptr's differences)
         lens = gpu_call.sequence_lengths(p, arrays[p.sequences], S)
         arrs[p.sequences] = cuda_backend.as_array(lens)
@@ -580,7 +583,7 @@ def _run_host(op, arrays: dict[str, np.ndarray], kernel: str | None, inplace: bo
         seq_ends = np.zeros(1, np.int64)
     k, launch, values = cuda_backend.rope_bind(
         p, cfg, arrs, outs, B, S, err.ctypes.data, seq_ends.ctypes.data,
-        kernel=None if kernel is None else getattr(cfg, kernel))
+        kernel=None if kernel is None else getattr(cfg, kernel), freq_ptr=0 if freq is None else freq.ctypes.data)
     if B * S or (p.sequences and arrs[p.sequences].shape[0]):
         _host_launch(lib, k, launch.grid, launch.block, values)
     return k, int(err[0]), outs_np

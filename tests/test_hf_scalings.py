@@ -105,9 +105,11 @@ def test_ntk_is_a_new_base(a, word):
 
 
 @pytest.mark.parametrize("text,code,hint", [
-    ("scaling = dynamic(factor = 2)", "C009", "dynamic NTK"),
+    ("scaling = dynamic(factor = 2)", "C009", "dynamic_ntk(factor = ..., original_max_positions = ...)"),
+    ("scaling = su(factor = 2)", "C009", "longrope(short_factor = [...]"),
     ("scaling = default(factor = 2)", "C009", "leave `scaling` out"),
-    ("scaling = longrope(factor = 2)", "C009", "LongRoPE"),
+    ("scaling = longrope(factor = 2)", "C011", "short_factor"),
+    ("scaling = dynamic_ntk(factor = 2)", "C011", "original_max_positions"),
     ("scaling = yarn(factor = 4)", "C011", "original_max_positions"),
     ("scaling = yarn(factor = 4, original_max_positions = 4096, truncate = 1)", "C008", "true, false"),
     ("scaling = yarn(factor = 4, original_max_positions = 4096, beta_fast = 1, beta_slow = 32)", "C029",

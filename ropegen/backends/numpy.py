@@ -5,10 +5,13 @@ from __future__ import annotations
 import keyword
 import types
 
+import numpy as np
+
 from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
 from ropegen.ops.rope import forms
 from ropegen.backends.base import Backend, Kernel
 from ropegen.lower.strides import token_dims
+from ropegen.ops.rope.frequency_rows import FrequencyRows, frequency_rows
 
 # A step's operands (all rotated streams of a block of tokens, plus temporaries) should stay in a
 # typical L2: measured best at about 320 KiB of input per step on 4096 x 40 x 128 f32.
@@ -75,6 +78,7 @@ def rope_context(p: RopePlan) -> dict:
         split=first.unit_split,
         # freq_factors divide a float32 angle in ggml numerics, a float64 one in exact numerics
         ff_np=NP_TYPES["f32" if kind == "ggml" else "f64"],
+        unit=getattr(p.angles, "length_unit", None) or "",     # run takes the call's frequency rows
     )
 
 
@@ -96,4 +100,22 @@ class NumpyBackend(Backend):
         module = types.ModuleType(f"ropegen_generated_{plan.name}")
         code = compile(sources[name], f"<ropegen numpy {name}>", "exec")
         exec(code, module.__dict__)
-        return module.run
+        rows = frequency_rows(plan)
+        if rows is None:
+            return module.run
+        return _with_frequency_rows(module.run, plan, rows)
+
+
+def _with_frequency_rows(run, plan: RopePlan, rows: FrequencyRows):
+    """The module's run with each call's frequency rows (longrope, dynamic_ntk) worked out first. Rows
+    of arguments the module refuses are not needed: it says what is wrong with them before inv_freq."""
+    names = [t.name for t in plan.inputs]
+
+    def call(*arrays, check=True):
+        try:
+            given = {n: np.asarray(a) for n, a in zip(names, arrays)}
+            inv_freq = rows.for_call(given.__getitem__, {n: a.shape for n, a in given.items()})
+        except Exception:   # noqa: BLE001 (malformed arguments: run reports them)
+            inv_freq = None
+        return run(*arrays, inv_freq=inv_freq, check=check)
+    return call

@@ -6,6 +6,12 @@ positions i64[T], the operators keep these names and orders. Both spellings of t
 (`rope_scaling` with `type`/`rope_type`, and transformers 5's `rope_parameters` with `rope_theta`
 inside). A scaling ropegen does not have yet is a ValueError naming it; a config field that changes
 the model's RoPE or RMSNorm but is not modelled here comes back as a warning naming the field.
+
+LongRoPE (Phi-3/3.5/4-mini: rope_type "longrope", the old "su", and "yarn" under model_type phi3, which
+Phi3Config renames) becomes `longrope(...)`, its original context taken as transformers takes it: the
+config's top-level original_max_position_embeddings first. "dynamic" becomes `dynamic_ntk(...)` over
+max_position_embeddings; transformers caches the base of the longest length it has seen while
+ropegen recomputes it per call, which the import reports as a warning.
 """
 from __future__ import annotations
 
@@ -14,9 +20,11 @@ import re
 from pathlib import Path
 
 DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float": "f32", "half": "f16"}
-SUPPORTED = ("default", "linear", "llama3", "yarn")
-NOT_YET = {"dynamic": "dynamic NTK", "longrope": "LongRoPE", "su": "LongRoPE",
-           "proportional": "proportional RoPE (Gemma 4)"}
+SUPPORTED = ("default", "linear", "llama3", "yarn", "longrope", "su", "dynamic")
+NOT_YET = {"proportional": "proportional RoPE (Gemma 4)"}
+# Phi3Config's own default for the top-level original_max_position_embeddings: transformers uses it over
+# the rope parameters' value when a phi3 config leaves the top-level field out
+PHI3_ORIGINAL = 4096
 # models whose HF attention rotates interleaved pairs (x[2i], x[2i+1]) rather than rotate_half halves
 INTERLEAVED = {"glm", "glm4", "chatglm", "gptj", "deepseek_v2", "deepseek_v3", "cohere"}
 LAYERNORM = {"gpt_neox", "falcon", "gptj", "phi", "stablelm", "bloom", "gpt2", "mpt"}
@@ -35,15 +43,55 @@ def _text_config(cfg: dict) -> dict:
     return cfg.get("text_config") or cfg.get("llm_config") or cfg
 
 
-def _scaling(cfg: dict, warnings: list[str]) -> tuple[str, float, dict]:
-    """(the spec's scaling argument or "", rope_theta, M-RoPE's {sections, interleaved} or {})."""
+def _rope_params(cfg: dict) -> dict:
+    """The rope parameters as written: transformers 5's rope_parameters, else rope_scaling (a copy)."""
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and "rope_type" in params and isinstance(params.get("full_attention"), dict):
         params = params["full_attention"]     # transformers 5 per-layer-type parameters: the global layers
-    rp = dict(params or cfg.get("rope_scaling") or {})
+    return dict(params or cfg.get("rope_scaling") or {})
+
+
+def _factor_list(rp: dict, key: str, n_pairs: int, rotary_note: str) -> str:
+    """A LongRoPE factor list as a spec list, each entry reading back as the config's float64."""
+    vals = rp[key]
+    if not isinstance(vals, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+        raise ValueError(f"rope parameter '{key}' must be a list of numbers")
+    if len(vals) != n_pairs:
+        raise ValueError(f"rope parameter '{key}' has {len(vals)} entries; LongRoPE needs one per rotated pair, "
+                         f"rotary_dim / 2 = {n_pairs} ({rotary_note})")
+    rows = [", ".join(_num(x) for x in vals[i:i + 6]) for i in range(0, len(vals), 6)]
+    return f"{key} = [\n            " + ",\n            ".join(rows) + "]"
+
+
+def _longrope(cfg: dict, rp: dict, orig, mtype: str, n_pairs: int, rotary_note: str, warnings: list[str]) -> str:
+    top, where = cfg.get("original_max_position_embeddings"), "the config's top-level value"
+    if top is None and mtype == "phi3":
+        top, where = PHI3_ORIGINAL, "Phi3Config's default for the top-level field"
+    # transformers' standardize_rope_params: the top-level field (Phi-3 keeps it there) wins
+    if top is not None and orig is not None and int(orig) != int(top):
+        warnings.append(f"rope parameter 'original_max_position_embeddings' = {orig!r} differs from {where} "
+                        f"{top}: transformers uses {top}, and so does this spec")
+    orig = top if top is not None else orig if orig is not None else cfg["max_position_embeddings"]
+    factor = rp.get("factor")
+    if factor is None:       # Phi-3: the ratio of the context lengths (sets the default magnitude)
+        factor = cfg["max_position_embeddings"] / orig
+    parts = [_factor_list(rp, key, n_pairs, rotary_note) for key in ("short_factor", "long_factor")]
+    parts += [f"original_max_positions = {int(orig)}, factor = {_num(factor)}"]
+    if rp.get("attention_factor") is not None:
+        parts[-1] += f", attention_factor = {_num(rp['attention_factor'])}"
+    return "longrope(\n        " + ",\n        ".join(parts) + ")"
+
+
+def _scaling(cfg: dict, warnings: list[str], mtype: str = "", rotary: int = 0,
+             rotary_note: str = "") -> tuple[str, float, dict]:
+    """(the spec's scaling argument or "", rope_theta, M-RoPE's {sections, interleaved} or {})."""
+    rp = _rope_params(cfg)
+    rp.pop("partial_rotary_factor", None)     # transformers 5 keeps it here; _spec reads it
     theta = rp.pop("rope_theta", None) or cfg.get("rope_theta") or cfg.get("rotary_emb_base") or 10000.0
     kind = rp.pop("rope_type", None) or rp.pop("type", None) or "default"
     rp.pop("type", None)
+    if kind == "su" or (kind == "yarn" and mtype == "phi3"):    # Phi3Config's renames
+        kind = "longrope"
     if kind in NOT_YET:
         raise ValueError(f"rope_type '{kind}': {NOT_YET[kind]} is not supported by ropegen yet")
     mrope = {}
@@ -64,6 +112,17 @@ def _scaling(cfg: dict, warnings: list[str]) -> tuple[str, float, dict]:
         arg = (f"llama3(factor = {_num(rp['factor'])}, low_freq_factor = {_num(rp['low_freq_factor'])}, "
                f"high_freq_factor = {_num(rp['high_freq_factor'])}, original_max_positions = {int(orig)})")
         known = {"factor", "low_freq_factor", "high_freq_factor"}
+    elif kind == "longrope":
+        arg = _longrope(cfg, rp, orig, mtype, rotary // 2, rotary_note, warnings)
+        known = {"short_factor", "long_factor", "factor", "attention_factor"}
+    elif kind == "dynamic":
+        # transformers' _compute_dynamic_ntk_parameters divides by max_position_embeddings (it ignores any
+        # original_max_position_embeddings)
+        mpe = int(cfg["max_position_embeddings"])
+        arg, known = f"dynamic_ntk(factor = {_num(rp['factor'])}, original_max_positions = {mpe})", {"factor"}
+        warnings.append("rope_type 'dynamic': transformers keeps the base of the longest length it has seen "
+                        f"(back to the original only after a call shorter than {mpe}); ropegen recomputes it from "
+                        "each call's max(position) + 1, the same while a generation only grows")
     else:
         factor = rp.get("factor")
         mpe = cfg.get("max_position_embeddings")
@@ -134,9 +193,12 @@ def _spec(config: dict, name: str) -> tuple[str, list[str]]:
     else:
         head_dim = int(cfg.get("head_dim") or hidden // hq)
         interleaved = mtype in INTERLEAVED
-    factor = cfg.get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
+    # transformers 5 keeps partial_rotary_factor in the rope parameters, and reads it there first
+    factor = _rope_params(cfg).get("partial_rotary_factor",
+                                   cfg.get("partial_rotary_factor", cfg.get("rotary_pct", 1.0)))
     rotary = int(head_dim * float(factor))
-    scaling, theta, mrope = _scaling(cfg, warnings)
+    scaling, theta, mrope = _scaling(cfg, warnings, mtype, rotary,
+                                     f"head_dim {head_dim} x partial_rotary_factor {factor} = {rotary}")
     angles = f"computed(base = {_num(theta)}{', scaling = ' + scaling if scaling else ''})"
     lines = [f"# {name}: imported by `ropegen import-hf` from its config.json (model_type '{mtype}').",
              f"# transformers' attention RoPE: {'interleaved pairs' if interleaved else 'rotate_half'}"

@@ -18,6 +18,8 @@ language) and the host's argument values (runtime/host.py fills each from `sourc
     ("launch", key)            a launch quantity the target computes (tokens, seq_len, rows, ...)
     ("err",)                   address of the device error word (lower/status.py codes as bits)
     ("seq_ends",)              address of the int64 inclusive prefix sums of the sequence lengths
+    ("freq",)                  address of the float64 [units, columns] frequency rows of a call whose
+                               frequencies depend on its length (ops/rope/frequency_rows.py)
     ("zero",)                  0 (the batch stride of packed-token tensors)
 """
 from __future__ import annotations
@@ -29,7 +31,8 @@ from ropegen.ir.dtypes import DType
 
 # The arity of each source kind (the kind word included): a typo in a target's list fails at once.
 SOURCES = {"in": 2, "out": 2, "stride": 3, "axis_stride": 3, "extent": 3, "dim": 2, "scalar": 2,
-           "threads": 1, "launch": 2, "err": 1, "seq_ends": 1, "zero": 1}
+           "threads": 1, "launch": 2, "err": 1, "seq_ends": 1, "freq": 1,
+           "zero": 1}
 
 # Identifier prefixes generated code keeps for itself; a spec name that starts with one is renamed.
 INTERNAL_PREFIXES = ("rg_", "ropegen_", "ROPEGEN_", "__")

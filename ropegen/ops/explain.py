@@ -5,5 +5,6 @@ from __future__ import annotations
 from ropegen import ops
 
 
-def explain(plan) -> str:
-    return ops.of(plan).explain(plan)
+def explain(plan, lengths: tuple[int, ...] = ()) -> str:
+    """`lengths`: call lengths (max position + 1) to show length-dependent frequencies at."""
+    return ops.of(plan).explain(plan, tuple(lengths))

@@ -19,6 +19,7 @@ from ropegen.lower.gpu import (Launch, RmsCfg, RopeCfg, RopeKernel, rms_launch, 
                                rope_vector_ok)
 from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
 from ropegen.ops.rope import forms
+from ropegen.ops.rope.frequency_rows import frequency_rows
 from ropegen.runtime import host
 from ropegen.runtime.arrays import DeviceArray, c_strides
 
@@ -52,11 +53,12 @@ def tokens_of(p: RopePlan, arrs: dict[str, DeviceArray]) -> tuple[int, int]:
 
 def rope_bind(p: RopePlan, cfg: RopeCfg, arrs: dict[str, DeviceArray], outs: dict[str, DeviceArray],
               B: int, S: int, err_ptr: int, seq_ends_ptr: int, kernel: RopeKernel | None = None,
-              call: host.Call | None = None):
+              call: host.Call | None = None, freq_ptr: int = 0):
     """The kernel (vector when every rotated tensor allows it, else scalar; or `kernel`), its
     launch shape and its argument values (ints, in parameter order) for one call. `call`: the
     host.bind of these arrays, whose canonical strides are reused (without it they are worked out
-    here, as the CPU tests that bind host memory directly do)."""
+    here, as the CPU tests that bind host memory directly do). `freq_ptr`: the device address of the
+    call's frequency rows (longrope, dynamic_ntk: ops/rope/frequency_rows.py)."""
     if call is None:
         canon = {}
         for st in p.streams:
@@ -71,7 +73,7 @@ def rope_bind(p: RopePlan, cfg: RopeCfg, arrs: dict[str, DeviceArray], outs: dic
     n_seq = arrs[p.sequences].shape[0] if p.sequences else 0
     launch = rope_launch(cfg, k, B * S, n_seq)
     values = call.values(k.params, launch={"tokens": B * S, "seq_len": S, "head_groups": launch.head_groups},
-                         err=err_ptr, seq_ends=seq_ends_ptr)
+                         err=err_ptr, seq_ends=seq_ends_ptr, freq=freq_ptr)
     return k, launch, values
 
 
@@ -133,6 +135,7 @@ class RopeRunner:
     def __init__(self, plan: RopePlan, cfg: RopeCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
+        self.rows = frequency_rows(plan)
 
     def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None, **options):
         p, cfg = self.p, self.cfg
@@ -143,6 +146,9 @@ class RopeRunner:
         call = host.bind(p, mem, RULES, arrays, inplace=inplace, out=out)
         arrs = call.inputs
         B, S = call.tokens()
+        freq = None
+        if self.rows is not None:   # their lengths are read back (as transformers' own `torch.max` is)
+            freq = mem.take("inv_freq", self.rows.for_call(lambda n: mem.to_host(arrs[n]), call.shapes), 2)
         err = mem.error_word()
         seq_ends = None
         if p.sequences:
@@ -166,7 +172,8 @@ class RopeRunner:
                     raise ValueError(f"{p.positions.offsets}: offset + index overflows int64")
         check_position_arith(p, arrs, mem, B, S)
         seq_ptr = seq_ends.ptr if seq_ends is not None and seq_ends.shape[0] else err.ptr
-        k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr, call=call)
+        k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr, call=call,
+                                    freq_ptr=freq.ptr if freq is not None else 0)
         n_seq = arrs[p.sequences].shape[0] if p.sequences else 0
         if B * S or n_seq:
             self.launch(mem, k, launch, args)

@@ -164,10 +164,11 @@ class Call:
             return 0
         if kind == "launch":
             return extra["launch"][source[1]]
-        return extra[kind]   # err, seq_ends: addresses the target allocated
+        return extra[kind]   # err, seq_ends, freq: addresses the target allocated
 
     def values(self, params: Sequence, **extra) -> list[int]:
-        """The value of every parameter, in order; `extra` gives launch={key: value}, err=, seq_ends=."""
+        """The value of every parameter, in order; `extra` gives launch={key: value}, err=, seq_ends=,
+        freq=."""
         return [int(self.value(q.source, extra)) for q in params]
 
     def error(self, code: int, kernel: str = "the C kernel") -> Exception:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ropegen.backends.c import facts
+from ropegen.ir.dtypes import DTYPES
 from ropegen.lower.abi import Param as _Param
 from ropegen.lower.abi import mangle, symbols
 
@@ -107,6 +108,12 @@ def rope_abi(p: RopePlan) -> list[CParam]:
         strides(s.out, outs[s.out])
     for s, c in syms.items():
         params.append(CParam(c, ("dim", s), doc=f"the size {s}"))
+    unit = getattr(p.angles, "length_unit", None)
+    if unit:
+        rows = "one row per packed sequence" if unit == "sequence" else "one row"
+        params.append(CParam(c_ident("inv_freq", taken), ("freq",), DTYPES["f64"], True,
+                             doc=f"f64[units, {p.n_cols}], {rows}: the inverse frequencies at each length "
+                             "(max position + 1), as ropegen's FrequencyRows computes them"))
     params.append(_threads(taken))
     return params
 

@@ -12,6 +12,7 @@ from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.abi import CParam
 from ropegen.lower import status
 from ropegen.lower.status import Status
+from ropegen.ops.rope.frequency_rows import frequency_rows
 from ropegen.runtime import host
 from ropegen.runtime.numpy_host import HOST, HostCall
 
@@ -57,6 +58,9 @@ class CKernel:
         self._names = self.convention.names
         self._outs = {o.name: j for j, o in enumerate(self.convention.specs)}
         self._pointers = [(i, q.kind == "in", q.tensor) for i, q in enumerate(params) if q.kind in ("in", "out")]
+        # longrope / dynamic_ntk: the frequency rows of each call (HostCall leaves these calls to bind)
+        self.rows = frequency_rows(plan)
+        self._freq = next((i for i, q in enumerate(params) if q.kind == "freq"), None)
 
     def __call__(self, *arrays, threads: int | None = None, out=None, inplace: bool = False,
                  check: bool = True) -> tuple[np.ndarray, ...]:
@@ -87,7 +91,11 @@ class CKernel:
         """Convention.bind's way: every check and message, copies, the aliasing test."""
         call = self.convention.bind(HOST, arrays, threads=threads, out=out, inplace=inplace)
         held = {i: (call.inputs if is_in else call.outputs)[name].array for i, is_in, name in self._pointers}
-        return Bound(call.values(self.params), held, call.returned(),
+        extra = {}
+        if self.rows is not None:
+            held[self._freq] = rows = self.rows.for_call(lambda n: call.inputs[n].array, call.shapes)
+            extra["freq"] = rows.ctypes.data
+        return Bound(call.values(self.params, **extra), held, call.returned(),
                      {n: a.array for n, a in call.inputs.items()})
 
     def raise_status(self, code: int, given: dict[str, np.ndarray]):

@@ -86,6 +86,8 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
     elif a.freq_factors:
         ps += [_in(param, "t_" + a.freq_factors, a.freq_factors, tensors[a.freq_factors].dtype),
                _int(param, f"t_{a.freq_factors}_si", ("axis_stride", a.freq_factors, 0))]
+    if getattr(a, "length_unit", None):   # longrope, dynamic_ntk: the call's frequency rows
+        ps.append(param("inv_freq", ("freq",), DTYPES["f64"], const=True))
     ps += [_int(param, "n_tokens", ("launch", "tokens")),
            _int(param, "seq_len", ("launch", "seq_len")),
            _int(param, "head_groups", ("launch", "head_groups"), bits=32),

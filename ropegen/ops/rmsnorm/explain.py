@@ -8,7 +8,7 @@ def _shape(t) -> str:
     return f"{t.dtype.name}[{', '.join(map(str, t.shape))}]"
 
 
-def explain(p: RmsNormPlan) -> str:
+def explain(p: RmsNormPlan, lengths: tuple[int, ...] = ()) -> str:
     x, s = p.inputs
     lines = [
         f"rmsnorm {p.name}",

@@ -6,7 +6,7 @@ holds the plan records and the arithmetic every form shares.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import numpy as np
@@ -17,12 +17,18 @@ from ropegen.ir.dtypes import DType
 
 @dataclass(frozen=True)
 class ExactAngles:
-    """theta[c] = p * inv_freq[c] (/ freq_factors[c]) in float64; cos/sin scaled by magnitude."""
+    """theta[c] = p * inv_freq[c] (/ freq_factors[c]) in float64; cos/sin scaled by magnitude.
+
+    length_unit "call" or "sequence": the frequencies depend on the length (longrope,
+    dynamic_ntk); the kernels read them from a float64 [units, columns] buffer the host fills per
+    call (ops/rope/frequency_rows.py), one row per call or per packed sequence, and `inv_freq` is
+    the row of lengths up to original_max_positions."""
 
     kind = "exact"   # the word backends and templates branch on
     inv_freq: tuple[float, ...]
     magnitude: float
     freq_factors: str | None
+    length_unit: str | None = None
 
     def constants(self) -> list[float]:
         return [*self.inv_freq, self.magnitude, float(np.float32(self.magnitude))]
@@ -35,6 +41,7 @@ class GgmlAngles:
     + theta_e*ramp[c] when yarn, cos/sin multiplied by mscale (float32)."""
 
     kind = "ggml"
+    length_unit = None    # ggml numerics take no length-dependent scaling
     theta_scale: float
     freq_scale: float
     ramp: tuple[float, ...]
@@ -51,6 +58,7 @@ class GgmlAngles:
 @dataclass(frozen=True)
 class TableAnglesPlan:
     kind = "table"
+    length_unit = None
     cos: str
     sin: str
     dtype: DType
@@ -128,7 +136,11 @@ def plan_computed(op: ir.RopeOp, n_cols: int, numerics, scaling) -> ExactAngles 
     """`numerics` and `scaling` are the rows (forms.NumericsForm, forms.ScalingForm) of the operator."""
     # the frequencies of one rotated half (glm2d) or of the whole rotary extent
     dim = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
-    return numerics.plan(op.angles, n_cols, dim, scaling)
+    planned = numerics.plan(op.angles, n_cols, dim, scaling)
+    if scaling.length_key is None:
+        return planned
+    from ropegen.ops.rope.forms.position import position_of     # forms import this module
+    return replace(planned, length_unit=position_of(op.positions).length_unit)
 
 
 def plan_ggml(a: ir.ComputedAngles, n_cols: int, dim: int, scaling) -> GgmlAngles:

@@ -6,6 +6,7 @@ import math
 from ropegen import ir
 from ropegen.ops.rope import forms
 from ropegen.ops.rope.angles import ExactAngles, GgmlAngles, TableAnglesPlan
+from ropegen.ops.rope.frequency_rows import frequency_rows
 from ropegen.ops.rope.plan import RopePlan
 
 
@@ -13,7 +14,7 @@ def _shape(t) -> str:
     return f"{t.dtype.name}[{', '.join(map(str, t.shape))}]"
 
 
-def explain(p: RopePlan) -> str:
+def explain(p: RopePlan, lengths: tuple[int, ...] = ()) -> str:
     op: ir.RopeOp = p.ir
     lines = [f"rope {p.name}"]
     for t in p.inputs:
@@ -49,8 +50,27 @@ def explain(p: RopePlan) -> str:
         said = forms.scaling_of(op.angles.scaling).describe(op.angles.scaling, dim, op.angles.base)
         if said:
             lines.append(f"  scaling    {said}")
+        lines += _at_lengths(p, lengths)
     lines.append(f"  trig       {'fast intrinsics' if p.trig_fast else 'accurate'}")
     return "\n".join(lines)
+
+
+def _at_lengths(p: RopePlan, lengths: tuple[int, ...]) -> list[str]:
+    """What applies at each asked length: the form's words and the frequency row the kernels read."""
+    rows = frequency_rows(p)
+    if not lengths:
+        return []
+    if rows is None:
+        return ["  lengths    the frequencies do not depend on the length"]
+    a = p.ir.angles
+    row = forms.scaling_of(a.scaling)
+    out = []
+    for n in lengths:
+        f = rows.at(n)
+        shown = ", ".join(repr(float(v)) for v in f[:3])
+        out.append(f"  at length  {n}: {row.length_note(a.scaling, p.ir.rotary_dim, a.base, n)}; "
+                   f"inv_freq {shown}, ..., {float(f[-1])!r}")
+    return out
 
 
 def _table(a: TableAnglesPlan) -> list[str]:

@@ -2,6 +2,8 @@
 what each position form draws (named by its row in forms/position.py: `inputs`)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ropegen import ir
@@ -126,8 +128,18 @@ def _offsets(op: ir.RopeOp, rng, B: int, S: int, arrays: dict, start: int, first
     return max(int(p.max()) + 1 if p.size else 1 for p in streams)
 
 
+def length_case(op: ir.RopeOp, case):
+    """Frequencies that change at a length (longrope, dynamic_ntk): the cases that draw positions in
+    the hundreds draw them up to twice that length instead, so that a check sees both sides."""
+    a = op.angles
+    if isinstance(a, ir.ComputedAngles) and forms.scaling_of(a.scaling).length_key and case.max_position >= 500:
+        return replace(case, max_position=max(case.max_position, 2 * a.scaling.original_max_positions))
+    return case
+
+
 def make_inputs(op: ir.RopeOp, case, rng: np.random.Generator, sizes: dict[str, int],
                 roles: dict[str, str]) -> dict[str, np.ndarray]:
+    case = length_case(op, case)
     B, S = batch_seq(op, sizes)
     arrays: dict[str, np.ndarray] = {}
     max_rows_needed = 1

@@ -224,13 +224,34 @@ def glm2d_positions(op, arrays, B, S):
 # ---------------------------------------------------------------------------------------------
 # frequencies: the base formula, then each scaling form's (named by its row)
 
-def inverse_frequencies(op: ir.RopeOp, n: int) -> tuple[np.ndarray, float]:
-    """Exact-mode inverse frequencies (float64) and the magnitude factor, from the formulas."""
+def inverse_frequencies(op: ir.RopeOp, n: int, length: int = 0) -> tuple[np.ndarray, float]:
+    """Exact-mode inverse frequencies (float64) and the magnitude factor, from the formulas;
+    `length`: max(position) + 1 of the call or sequence (the forms whose frequencies depend on it)."""
     a = op.angles
     assert isinstance(a, ir.ComputedAngles)
     d = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
     inv = np.array([a.base ** (-(2.0 * i) / d) for i in range(n)])
-    return _formula(forms.scaling_of(a.scaling).reference)(inv, a.magnitude, a.scaling, d, a.base, n)
+    row = forms.scaling_of(a.scaling)
+    extra = {} if row.length_key is None else {"length": length}
+    return _formula(row.reference)(inv, a.magnitude, a.scaling, d, a.base, n, **extra)
+
+
+def token_lengths(op: ir.RopeOp, arrays, streams, B: int, S: int) -> np.ndarray:
+    """[B, S]: the length each token's frequencies are chosen by, max(position) + 1 over the call
+    (Hugging Face: `torch.max(position_ids) + 1` per forward), or over the token's own packed
+    sequence when positions are counted in sequences."""
+    if op.positions.kind is ir.PositionKind.IN_SEQUENCE:
+        p = streams[0][0]
+        v = np.asarray(arrays[op.sequences]).astype(np.int64)
+        lens = np.diff(v) if op.sequences_indptr else v
+        out = np.zeros((1, S), dtype=object)
+        t = 0
+        for n in lens:
+            out[0, t:t + n] = int(p[t + n - 1]) + 1 if n else 0    # a sequence's last token is its largest
+            t += n
+        return out
+    top = max((int(p.max()) for p in streams if p.size), default=-1)
+    return np.full((B, S), top + 1, dtype=object)
 
 
 def _ggml_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -286,7 +307,10 @@ def computed_cos_sin(op: ir.RopeOp, arrays, streams, B: int, S: int, head_dim: i
     n = op.rotary_dim // 4 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim // 2
     ff = None if a.freq_factors is None else np.asarray(arrays[a.freq_factors]).astype(np.float64)
     numerics = _formula(forms.numerics_of(op.numerics).reference)
-    return [numerics(op, p, n, ff) for p in streams], head_dim
+    if forms.scaling_of(a.scaling).length_key is None:
+        return [numerics(op, p, n, ff) for p in streams], head_dim
+    lengths = token_lengths(op, arrays, streams, B, S)
+    return [exact_cos_sin(op, p, n, ff, lengths) for p in streams], head_dim
 
 
 def cos_sin_at(op: ir.RopeOp, p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -295,9 +319,16 @@ def cos_sin_at(op: ir.RopeOp, p: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     return _formula(forms.numerics_of(op.numerics).reference)(op, p, n, None)
 
 
-def exact_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """theta = p * inv_freq (/ freq_factors) in float64, cos/sin scaled by the magnitude."""
-    inv, m = inverse_frequencies(op, n)
+def exact_cos_sin(op: ir.RopeOp, p: np.ndarray, n: int, ff: np.ndarray | None,
+                  lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """theta = p * inv_freq (/ freq_factors) in float64, cos/sin scaled by the magnitude; `lengths`
+    (per token): the frequencies of each token's length."""
+    if lengths is None:
+        inv, m = inverse_frequencies(op, n)
+    else:
+        inv, m = np.empty(p.shape + (n,)), 1.0
+        for length in set(lengths.ravel().tolist()):
+            inv[lengths == length], m = inverse_frequencies(op, n, length)
     theta = p[..., None].astype(np.float64) * inv
     if ff is not None:
         theta = theta / ff

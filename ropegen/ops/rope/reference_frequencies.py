@@ -78,6 +78,26 @@ def ntk_scaled(inv, m, s: ir.NtkScaling, d, base, n):
     return np.array([new_base ** (-(2.0 * i) / d) for i in range(n)]), m
 
 
+def longrope_scaled(inv, m, s: ir.LongRopeScaling, d, base, n, length):
+    # transformers `_compute_longrope_parameters`: long factors when seq_len > original_max_position_embeddings
+    ext = np.array(s.long_factor if length > s.original_max_positions else s.short_factor, dtype=np.float64)
+    inv = 1.0 / (ext * base ** (np.arange(0, d, 2)[:n] / d))
+    if s.attention_factor is not None:
+        gain = s.attention_factor
+    elif s.factor is None or s.factor <= 1:
+        gain = 1.0
+    else:
+        gain = math.sqrt(1 + math.log(s.factor) / math.log(s.original_max_positions))
+    return inv, m * gain
+
+
+def dynamic_ntk_scaled(inv, m, s: ir.DynamicNtkScaling, d, base, n, length):
+    # transformers `_compute_dynamic_ntk_parameters`: seq_len = max(seq_len, max_position_embeddings)
+    L = max(length, s.original_max_positions)
+    new_base = base * ((s.factor * L / s.original_max_positions) - (s.factor - 1)) ** (d / (d - 2))
+    return 1.0 / (new_base ** (np.arange(0, d, 2)[:n] / d)), m
+
+
 def ggml_unscaled(s, d, base):
     """ggml's parameters (freq_scale, ext_factor, attn_factor, corr low, corr high) without scaling."""
     f32 = np.float32

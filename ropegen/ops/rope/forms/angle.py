@@ -32,7 +32,8 @@ def _computed(cx, v, args, first, pairing, rotary_dim, position, head_dim) -> ir
     base = cx.number(args["base"], "base", positive=True)
     if base == 1:
         cx.fail("C029", "base must not be 1 (every frequency would be 1)", args["base"].loc)
-    scaling = check_scaling(cx, args["scaling"]) if "scaling" in args else SCALINGS[0].ir_type()
+    n_pairs = rotary_dim // 4 if pairing.kind is ir.PairKind.GLM2D else rotary_dim // 2
+    scaling = check_scaling(cx, args["scaling"], n_pairs) if "scaling" in args else SCALINGS[0].ir_type()
     ff = None
     if "freq_factors" in args:
         t = cx.ref(args["freq_factors"], "freq_factors")
@@ -46,6 +47,9 @@ def _computed(cx, v, args, first, pairing, rotary_dim, position, head_dim) -> ir
     if position.per_token:
         cx.fail("C030", "computed angles need positions", v.loc,
                 "add `positions = POS` (an integer input), arange(...), in_sequence or glm2d(...)")
+    if scaling_of(scaling).length_key is not None and position.length_unit is None:
+        cx.fail("C030", f"scaling {args['scaling'].name} needs the length of the call: positions from an input, "
+                "arange(...), in_sequence or mrope(...)", args["scaling"].loc)
     return ir.ComputedAngles(base, scaling, ff, magnitude)
 
 

@@ -38,6 +38,9 @@ class PositionForm:
     # positions are computed on the device as start + token index - pad (+ first_seqlen) in int64: a host
     # that cannot see the kernel's overflow status checks before launch that they fit
     offset_arith: bool = False
+    # what length-dependent frequencies (longrope, dynamic_ntk) are chosen per: "call" (the largest
+    # position of the call) or "sequence" (each packed sequence's largest); None: not available
+    length_unit: str | None = None
 
 
 def batch_vector(cx, v: A.Value, first: ir.Tensor, what: str) -> str:
@@ -155,16 +158,17 @@ POSITIONS: tuple[PositionForm, ...] = (
     PositionForm(P.IDS, None, bare=True, synopsis="an integer input", args=(), required=(), check=_ids,
                  per_token=False, reference="id_positions", inputs="draw_ids",
                  explain=lambda pos: f"gathered from '{pos.ids}'", takes_ids=True, bench="bench_ids",
-                 range_note=_ids_span),
+                 range_note=_ids_span, length_unit="call"),
     PositionForm(P.IN_SEQUENCE, "in_sequence", bare=True, synopsis="in_sequence(start = OFFSETS)", args=("start",),
                  required=(), check=_in_sequence, per_token=False, reference="in_sequence_positions",
                  inputs="draw_offsets", bench="bench_sequence_offsets",
                  explain=lambda pos: "index of each token inside its sequence"
-                 + (f" + {pos.offsets}[its sequence]" if pos.offsets else ""), range_note=_longest_sequence),
+                 + (f" + {pos.offsets}[its sequence]" if pos.offsets else ""), range_note=_longest_sequence,
+                 length_unit="sequence"),
     PositionForm(P.ARANGE, "arange", bare=False, synopsis="arange(start=, pad=)", args=("start", "pad"),
                  required=(), check=_arange, per_token=False, reference="arange_positions", inputs="draw_arange",
                  explain=lambda pos: f"start ({pos.start}) + s - pad ({pos.pad or 0})[b]", bench="bench_offsets",
-                 offset_arith=True),
+                 offset_arith=True, length_unit="call"),
     PositionForm(P.GLM2D, "glm2d", bare=False, synopsis="glm2d(start=, pad=, first_seqlen=)",
                  args=("start", "pad", "first_seqlen"), required=("first_seqlen",), check=_glm2d,
                  per_token=False, reference="glm2d_positions", inputs="draw_glm2d",
@@ -177,7 +181,7 @@ POSITIONS: tuple[PositionForm, ...] = (
                  explain=lambda pos: (f"M-RoPE from '{pos.ids}': {len(pos.sections)} streams, pairs "
                                       f"{list(pos.sections)} per stream"
                                       + (", interleaved (Qwen3-VL)" if pos.interleaved else ", in runs (Qwen2-VL)")),
-                 range_note=_ids_span),
+                 range_note=_ids_span, length_unit="call"),
 )
 _POSITION_BY_KIND = {f.kind: f for f in POSITIONS}
 POSITION_WORDS = tuple(f.word for f in POSITIONS if f.word)

@@ -12,6 +12,8 @@ from typing import Callable, Union
 
 from ropegen import exact
 from ropegen.ops.rope import angles as plan_angles
+from ropegen.ops.rope.forms import scaling_length as by_length
+from ropegen.ops.rope.forms.scaling_length import DynamicNtkScaling, LongRopeScaling  # noqa: F401 (IR records)
 from ropegen.spec import ast as A
 from ropegen.spec.diagnostics import did_you_mean
 
@@ -78,6 +80,7 @@ class Arg:
     positive: bool = True           # else: must not be negative
     optional: bool = False          # may be left out: its value is then None
     boolean: bool = False           # true | false
+    vector: bool = False            # a list of numbers, [1.0, 1.02, ...]
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class ScalingForm:
     word: str
     ir_type: type
     args: tuple[Arg, ...]
-    # (checker, call node, argument nodes, argument values) -> IR; validates across arguments
+    # (checker, call node, argument nodes, argument values, rotated pairs) -> IR; validates across arguments
     build: Callable[..., "Scaling"]
     # planner, exact: (base inverse frequencies, scaling, dims, base) -> (frequencies, magnitude gain)
     frequencies: Callable[..., tuple[list, exact.Real]]
@@ -100,9 +103,16 @@ class ScalingForm:
     llama_cpp: Callable[..., tuple[dict, str | None]] = lambda s, ggml: ({}, None)
     # explain: (scaling, dims, base) -> what the form resolved to beyond the frequencies (None: nothing)
     describe: Callable[..., str | None] = lambda s, dim, base: None
+    # frequencies that depend on the call's length L = max(position) + 1 (scaling_length.py); None:
+    # they do not. length_key: (scaling, L) -> the key the frequencies are a function of;
+    # at_length: (base inverse frequencies, scaling, dims, base, key) -> frequencies (exact);
+    # length_note: (scaling, dims, base, L) -> what applies at length L, for explain
+    length_key: Callable[..., object] | None = None
+    at_length: Callable[..., list] | None = None
+    length_note: Callable[..., str] | None = None
 
 
-def _llama3(cx, v: A.Call, nodes: dict, vals: dict) -> Llama3Scaling:
+def _llama3(cx, v: A.Call, nodes: dict, vals: dict, n_pairs: int) -> Llama3Scaling:
     if vals["high_freq_factor"] < vals["low_freq_factor"]:
         cx.fail("C029", "high_freq_factor must be at least low_freq_factor", v.loc)
     return Llama3Scaling(vals["factor"], vals["low_freq_factor"], vals["high_freq_factor"],
@@ -127,7 +137,7 @@ def _llama3_frequencies(inv: list, s: Llama3Scaling, dim: int, base: float):
     return out, exact.real(1)
 
 
-def _hf_yarn(cx, v: A.Call, nodes: dict, vals: dict) -> YarnScaling:
+def _hf_yarn(cx, v: A.Call, nodes: dict, vals: dict, n_pairs: int) -> YarnScaling:
     if vals["beta_slow"] >= vals["beta_fast"]:
         cx.fail("C029", "beta_fast must be above beta_slow (rotations at the high- and low-frequency ends)", v.loc)
     return YarnScaling(vals["factor"], int(vals["original_max_positions"]), vals["beta_fast"], vals["beta_slow"],
@@ -185,7 +195,7 @@ def _hf_yarn_describe(s: YarnScaling, dim: int, base: float) -> str:
             f"range); magnitude {float(gain)!r} = {rule}")
 
 
-def _ntk(cx, v: A.Call, nodes: dict, vals: dict) -> NtkScaling:
+def _ntk(cx, v: A.Call, nodes: dict, vals: dict, n_pairs: int) -> NtkScaling:
     given = [k for k in ("factor", "alpha") if vals[k] is not None]
     if len(given) != 1:
         cx.fail("C011", "ntk takes one of factor or alpha", v.loc, "ntk(factor = 4) or ntk(alpha = 1000)")
@@ -199,7 +209,7 @@ def _ntk_frequencies(inv: list, s: NtkScaling, dim: int, base: float):
     return [f * exact.power(s.a, -2 * i, dim - 2) for i, f in enumerate(inv)], exact.real(1)
 
 
-def _yarn(cx, v: A.Call, nodes: dict, vals: dict) -> GgmlYarnScaling:
+def _yarn(cx, v: A.Call, nodes: dict, vals: dict, n_pairs: int) -> GgmlYarnScaling:
     fs = vals["freq_scale"]
     if fs > 1:
         # legal (it compresses the context), but almost always the YaRN factor written by mistake
@@ -239,12 +249,12 @@ def _yarn_ggml(s: GgmlYarnScaling, dim: int, base: float) -> tuple:
 
 
 SCALINGS: tuple[ScalingForm, ...] = (
-    ScalingForm("none", NoScaling, (), build=lambda cx, v, nodes, vals: NoScaling(),
+    ScalingForm("none", NoScaling, (), build=lambda cx, v, nodes, vals, n: NoScaling(),
                 frequencies=lambda inv, s, dim, base: (inv, exact.real(1)),
                 ggml=lambda s, dim, base: (1.0, 0.0, 1.0, (0.0, 0.0)),
                 reference="unscaled", ggml_reference="ggml_unscaled"),
     ScalingForm("linear", LinearScaling, (Arg("factor"),),
-                build=lambda cx, v, nodes, vals: LinearScaling(vals["factor"]),
+                build=lambda cx, v, nodes, vals, n: LinearScaling(vals["factor"]),
                 frequencies=lambda inv, s, dim, base: ([f / exact.real(s.factor) for f in inv], exact.real(1)),
                 ggml=None, reference="linear_scaled", ggml_reference=None,
                 # llama.cpp: freq_scale = 1 / factor
@@ -268,6 +278,19 @@ SCALINGS: tuple[ScalingForm, ...] = (
                 describe=lambda s, dim, base: (f"ntk ({s.word} {s.a:g}): base {base:g} becomes "
                                                f"{float(exact.real(base) * exact.power(s.a, dim, dim - 2)):.17g}")
                 if dim > 2 else None),
+    ScalingForm("longrope", LongRopeScaling,
+                (Arg("short_factor", vector=True), Arg("long_factor", vector=True),
+                 Arg("original_max_positions", integer=True), Arg("factor", optional=True),
+                 Arg("attention_factor", optional=True)),
+                build=by_length.build_longrope, frequencies=by_length.longrope_frequencies, ggml=None,
+                reference="longrope_scaled", ggml_reference=None, describe=by_length.longrope_describe,
+                length_key=by_length.longrope_key, at_length=by_length.longrope_at,
+                length_note=by_length.longrope_at_length),
+    ScalingForm("dynamic_ntk", DynamicNtkScaling, (Arg("factor"), Arg("original_max_positions", integer=True)),
+                build=by_length.build_dynamic, frequencies=by_length.dynamic_frequencies, ggml=None,
+                reference="dynamic_ntk_scaled", ggml_reference=None, describe=by_length.dynamic_describe,
+                length_key=by_length.dynamic_key, at_length=by_length.dynamic_at,
+                length_note=by_length.dynamic_at_length),
     # llama.cpp's default ext_factor is -1, "1 for YaRN models, else 0": writing ggml_yarn means YaRN.
     ScalingForm("ggml_yarn", GgmlYarnScaling,
                 (Arg("freq_scale"), Arg("ext_factor", 1.0, positive=False), Arg("attn_factor", 1.0),
@@ -284,11 +307,12 @@ _SCALING_BY_TYPE = {f.ir_type: f for f in SCALINGS}
 # Hugging Face rope_type words (and vLLM's) that are not ropegen words: what to write instead.
 HF_HINTS = {
     "default": "Hugging Face's 'default' is no scaling: leave `scaling` out or write `scaling = none`",
-    "dynamic": "dynamic NTK (Hugging Face 'dynamic') is not supported yet; the static form is "
-               "ntk(factor = ...)",
-    "dynamic_ntk": "dynamic NTK is not supported yet; the static form is ntk(factor = ...)",
-    "longrope": "LongRoPE (Phi-3) is not supported yet",
-    "su": "LongRoPE ('su', Phi-3) is not supported yet",
+    "dynamic": "Hugging Face's 'dynamic' is dynamic_ntk(factor = ..., original_max_positions = ...) "
+               "(original_max_positions: HF's max_position_embeddings); the static form is ntk(factor = ...)",
+    "su": "'su' is LongRoPE: longrope(short_factor = [...], long_factor = [...], original_max_positions = ..., "
+          "factor = ...)",
+    "phi3": "Phi-3's scaling is longrope(short_factor = [...], long_factor = [...], original_max_positions = ..., "
+            "factor = ...)",
     "deepseek_yarn": "DeepSeek's YaRN is yarn(factor = ..., original_max_positions = ..., mscale = ..., "
                      "mscale_all_dim = ...)",
     "ggml": "ggml's YaRN parameters are ggml_yarn(freq_scale = ..., ext_factor = ..., ...)",
@@ -299,10 +323,11 @@ def scaling_of(s: Scaling) -> ScalingForm:
     return _SCALING_BY_TYPE[type(s)]
 
 
-def check_scaling(cx, v: A.Value) -> Scaling:
+def check_scaling(cx, v: A.Value, n_pairs: int) -> Scaling:
+    """The IR of a scaling value; `n_pairs`: the rotated pairs its frequencies are for."""
     form = _SCALING_BY_WORD.get(getattr(v, "name", None))
     if isinstance(v, A.Word) and form is not None and not form.args:
-        return form.build(cx, v, {}, {})     # a form without arguments may be written bare
+        return form.build(cx, v, {}, {}, n_pairs)     # a form without arguments may be written bare
     if not isinstance(v, (A.Word, A.Call)):
         cx.fail("C008", "scaling must be a word or a call such as linear(factor = 2)", v.loc)
     if not isinstance(v, A.Call) or form is None:
@@ -316,7 +341,12 @@ def check_scaling(cx, v: A.Value) -> Scaling:
             vals[a.name] = a.default
         elif a.boolean:
             vals[a.name] = cx.word(nodes[a.name], a.name, ("true", "false")) == "true"
+        elif a.vector:
+            node = nodes[a.name]
+            if not isinstance(node, A.ListValue) or not node.items:
+                cx.fail("C008", f"{a.name} must be a list of numbers, e.g. [1.0, 1.02, ...]", node.loc)
+            vals[a.name] = [cx.number(x, f"a {a.name} entry", positive=True) for x in node.items]
         else:
             vals[a.name] = cx.number(nodes[a.name], a.name, integer=a.integer, positive=a.positive,
                                      nonneg=not a.positive)
-    return form.build(cx, v, nodes, vals)
+    return form.build(cx, v, nodes, vals, n_pairs)
