@@ -9,8 +9,16 @@ live when it can import transformers).
 
     python tests/data/hf_rope/make_goldens.py [--live]
 
-The committed goldens.json was made with --live (transformers 5.23.0, torch 2.13.0+cpu, LlamaRotaryEmbedding);
-the transcription agrees with it to 1.8e-7 relative (float32 rounding of the powers).
+The length-dependent forms (LENGTH_CASES: longrope, dynamic) get one row per seq_len, each from
+ROPE_INIT_FUNCTIONS[rope_type](config, seq_len=...) with seq_len as `dynamic_rope_update` passes it:
+longrope a Python int (it calls with original_max_position_embeddings + 1 for the long set, the short
+set is the init call's); dynamic a 0-d int64 tensor (torch.max(position_ids) + 1), which makes
+transformers compute the new base in float32 (a Python int would compute it in float64). The tensor
+is what a model meets, so the goldens record it ("seq_len_as": "tensor"); the live test compares both.
+
+The committed goldens.json was made with --live (transformers 5.23.0, torch 2.13.0+cpu, LlamaRotaryEmbedding
+and ROPE_INIT_FUNCTIONS); the transcription agrees with it to 1.8e-7 relative, 2.6e-7 for dynamic (numpy's
+float32 powers round differently from torch's).
 """
 from __future__ import annotations
 
@@ -42,6 +50,29 @@ CASES = [
                                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
     ("yarn_attention_factor", 10000.0, 96, {"rope_type": "yarn", "factor": 8.0,
                                             "original_max_position_embeddings": 2048, "attention_factor": 0.9}),
+]
+
+
+
+def _ramp(i: int, lo: float, hi: float, p: float) -> float:
+    # float32 values printed as doubles, as Phi-3's config.json lists its factors: the float64 a spec
+    # reads is then the very float32 transformers multiplies by
+    return float(f32(lo * (hi / lo) ** ((i / 15) ** p)))
+
+
+_SHORT = [_ramp(i, 1.0, 2.1, 2.0) for i in range(16)]
+_LONG = [_ramp(i, 1.08, 64.0, 1.5) for i in range(16)]
+
+# (name, rope_theta, rotary dim, max_position_embeddings, rope parameters, the seq_lens of the rows)
+LENGTH_CASES = [
+    ("longrope", 10000.0, 32, 4096, {"rope_type": "longrope", "short_factor": _SHORT, "long_factor": _LONG,
+                                     "original_max_position_embeddings": 256, "factor": 16.0},
+     [1, 256, 257, 100000]),
+    ("longrope_attention_factor", 10000.0, 32, 4096,
+     {"rope_type": "longrope", "short_factor": _SHORT, "long_factor": _LONG,
+      "original_max_position_embeddings": 256, "factor": 16.0, "attention_factor": 0.8125}, [256, 257]),
+    ("dynamic_2", 10000.0, 64, 512, {"rope_type": "dynamic", "factor": 2.0}, [1, 512, 513, 2048, 100000]),
+    ("dynamic_4", 10000.0, 64, 512, {"rope_type": "dynamic", "factor": 4.0}, [1, 512, 513, 2048, 100000]),
 ]
 
 
@@ -92,6 +123,52 @@ def llama3(base: float, dim: int, rp: dict) -> np.ndarray:
     return np.where(mid, smoothed, out).astype(f32)
 
 
+def longrope(base: float, dim: int, rp: dict, seq_len: int) -> tuple[np.ndarray, float]:
+    original = rp["original_max_position_embeddings"]
+    attention = rp.get("attention_factor")
+    if attention is None:
+        factor = rp["factor"]
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext = np.array(rp["long_factor"] if seq_len > original else rp["short_factor"], f32)
+    return f32(1) / (ext * f32(base) ** (np.arange(0, dim, 2).astype(f32) / f32(dim))), attention
+
+
+def dynamic(base: float, dim: int, rp: dict, seq_len: int, max_pos: int) -> np.ndarray:
+    """The tensor seq_len path: factor * seq_len / max_pos - (factor - 1), its power and the new base
+    in float32."""
+    factor = f32(rp["factor"])
+    grown = f32(factor * f32(max(seq_len, max_pos)) / f32(max_pos)) - (factor - f32(1))
+    new_base = f32(base) * f32(grown ** f32(dim / (dim - 2)))
+    return f32(1) / (new_base ** (np.arange(0, dim, 2).astype(f32) / f32(dim)))
+
+
+def transcribed_rows(base: float, dim: int, max_pos: int, rp: dict, seq_lens: list) -> tuple[list, float]:
+    """Rows by seq_len and the attention factor, transcribed (dynamic: the tensor seq_len path)."""
+    if rp["rope_type"] == "longrope":
+        rows = [longrope(base, dim, rp, n) for n in seq_lens]
+        return [r for r, _ in rows], rows[0][1]
+    return [dynamic(base, dim, rp, n, max_pos) for n in seq_lens], 1.0
+
+
+def live_rows(base: float, dim: int, max_pos: int, rp: dict, seq_lens: list,
+              as_int: bool = False) -> tuple[list, float]:
+    """transformers' ROPE_INIT_FUNCTIONS[rope_type] at each seq_len: longrope with a Python int,
+    dynamic with a 0-d int64 tensor as dynamic_rope_update passes it (as_int: a Python int instead)."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    heads = 2
+    cfg = LlamaConfig(hidden_size=dim * heads, num_attention_heads=heads, num_key_value_heads=heads, head_dim=dim,
+                      rope_theta=base, rope_scaling=dict(rp), max_position_embeddings=max_pos)
+    fn = ROPE_INIT_FUNCTIONS[rp["rope_type"]]
+    rows, attention = [], None
+    for n in seq_lens:
+        seq_len = n if as_int or rp["rope_type"] == "longrope" else torch.tensor(n, dtype=torch.int64)
+        inv, attention = fn(cfg, None, seq_len=seq_len)
+        rows.append(inv.double().numpy())
+    return rows, float(attention)
+
+
 def transcribed(base: float, dim: int, rp: dict) -> tuple[np.ndarray, float]:
     kind = rp["rope_type"]
     if kind == "default":
@@ -118,11 +195,18 @@ def live(base: float, dim: int, rp: dict) -> tuple[np.ndarray, float]:
 
 def main() -> None:
     fn = live if "--live" in sys.argv else transcribed
+    rows_fn = live_rows if "--live" in sys.argv else transcribed_rows
     out = {}
     for name, base, dim, rp in CASES:
         inv, attention = fn(base, dim, rp)
         out[name] = {"rope_theta": base, "dim": dim, "rope_parameters": rp,
                      "inv_freq": [float(v) for v in inv], "attention_factor": attention}
+    for name, base, dim, max_pos, rp, seq_lens in LENGTH_CASES:
+        rows, attention = rows_fn(base, dim, max_pos, rp, seq_lens)
+        out[name] = {"rope_theta": base, "dim": dim, "max_position_embeddings": max_pos, "rope_parameters": rp,
+                     "seq_len_as": "int" if rp["rope_type"] == "longrope" else "tensor",
+                     "rows": {str(n): [float(v) for v in r] for n, r in zip(seq_lens, rows)},
+                     "attention_factor": attention}
     path = Path(__file__).with_name("goldens.json")
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path} ({'transformers' if fn is live else 'transcribed formulas'})")
