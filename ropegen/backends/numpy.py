@@ -33,7 +33,11 @@ NP_TYPES = {"f64": "np.float64", "f32": "np.float32", "f16": "np.float16",
 
 
 def rms_context(p: RmsNormPlan) -> dict:
+    # the output's dtype: an input's (bf16 has no NumPy name without ml_dtypes), else its name
+    y_np = next((f"_t_{n}.dtype" for n, d in ((p.x_name, p.x), (p.scale_name, p.scale)) if d == p.y),
+                NP_TYPES.get(p.y.name, 'np.dtype("bfloat16")'))
     return dict(
+        y_np=y_np, y_bf16=y_np == 'np.dtype("bfloat16")',
         product=p.product,
         product_np=NP_TYPES[p.product.name],
         stash_np=NP_TYPES[p.stash.name],

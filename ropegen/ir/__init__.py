@@ -196,27 +196,52 @@ class RopeOp:
 
 @dataclass(frozen=True)
 class RmsNormOp:
+    """y = rmsnorm(x) * (weight_offset + scale); with a residual, h = x + residual is what is
+    normalized and a second output. `inputs` are in declaration order: x and scale are the first and
+    second that are not the residual."""
+
     name: str
-    inputs: tuple[Tensor, ...]    # (x, scale)
+    inputs: tuple[Tensor, ...]
     output: str
     axis: int                     # non-negative first normalized axis
     epsilon: float
     stash: DType
     loc: Loc
+    residual: str | None = None   # the input added to x before normalizing
+    sum_output: str | None = None     # h = x + residual (residual only)
+    residual_add: str = "storage"     # storage: h rounded to x's type is normalized; stash: the unrounded sum
+    weight_offset: float = 0.0        # Gemma's (1 + w): 1
+    cast: str = "before_scale"        # before_scale: normalized rounded to x's type, then * w (Llama, ONNX);
+    #                                   after_scale: * w in the product type, rounded once (Gemma)
+    y_dtype: DType | None = None      # None: the scale's type (before_scale) or x's (after_scale)
 
     kind = "rmsnorm"
 
     @property
     def output_names(self) -> tuple[str, ...]:
-        return (self.output,)
+        return (self.output,) + ((self.sum_output,) if self.sum_output else ())
+
+    @property
+    def _plain(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.inputs if t.name != self.residual)
 
     @property
     def x(self) -> Tensor:
-        return self.inputs[0]
+        return self._plain[0]
 
     @property
     def scale(self) -> Tensor:
-        return self.inputs[1]
+        return self._plain[1]
+
+    @property
+    def residual_tensor(self) -> Tensor | None:
+        return next((t for t in self.inputs if t.name == self.residual), None)
+
+    @property
+    def y(self) -> DType:
+        if self.y_dtype is not None:
+            return self.y_dtype
+        return self.scale.dtype if self.cast == "before_scale" else self.x.dtype
 
 
 Operator = Union[RopeOp, RmsNormOp]

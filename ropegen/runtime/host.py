@@ -185,17 +185,22 @@ class Output:
     name: str
     src: str              # the input whose shape it has
     dtype: DType
+    over_src: bool        # it may be written over src, element by element (in place)
     rotated: bool         # src and it are indexed [b, s, h, d] (canonical strides); it may be written
     #                       in place over src, element by element
 
 
 def _rope_outputs(p) -> list[Output]:
     dtypes = {t.name: t.dtype for t in p.inputs}
-    return [Output(s.out, s.src, dtypes[s.src], True) for s in p.streams]
+    return [Output(s.out, s.src, dtypes[s.src], True, True) for s in p.streams]
 
 
 def _rmsnorm_outputs(p) -> list[Output]:
-    return [Output(p.out, p.inputs[0].name, p.y, False)]
+    # y over x when their types agree; h = x + residual over the residual (vLLM's fused_add_rms_norm)
+    outs = [Output(p.out, p.x_name, p.y, p.y == p.x, False)]
+    if p.residual:
+        outs.append(Output(p.sum_output, p.residual, p.x, True, False))
+    return outs
 
 
 # Per operator kind (the plan's `.kind` word): its outputs. (A candidate for an ops.OpKind field.)
@@ -227,9 +232,9 @@ class Convention:
         self.plan, self.rules = plan, rules
         self.names = [t.name for t in plan.inputs]
         self.specs = OUTPUTS[plan.kind](plan)
-        self.in_place = all(o.rotated for o in self.specs)
-        self.sources = {o.name: o.src for o in self.specs if o.rotated}
-        self.recipes = {src: recipe(plan.ir.tensor(src), plan.token_layout) for src in self.sources.values()}
+        self.in_place = all(o.over_src for o in self.specs)
+        self.sources = {o.name: o.src for o in self.specs if o.over_src}
+        self.recipes = {o.src: recipe(plan.ir.tensor(o.src), plan.token_layout) for o in self.specs if o.rotated}
         self.kinds = [ROTATED if t.name in self.recipes else SCALAR if rules.scalars and t.rank == 0
                       else DENSE if rules.dense_inputs else PLAIN for t in plan.inputs]
 
@@ -252,7 +257,7 @@ class Convention:
             given[t.name] = a = memory.take(t.name, obj, t.rank)
             validate(sym, t.name, a, t.dtype, t.shape)
         if inplace and not self.in_place:
-            raise ValueError(f"{plan.name}: {plan.kind} does not run in place (its output may have another dtype)")
+            raise ValueError(f"{plan.name}: cannot run in place: an output's dtype differs from its source's")
         call = Call(plan, memory, given, {}, sym, {}, threads=int(threads or 1))
         for name, kind in zip(names, self.kinds):
             a = given[name]
@@ -268,6 +273,8 @@ class Convention:
                     raise ValueError(f"{name}: expected an integer scalar, got dtype {value.dtype.name}")
                 call.scalars[name] = int(value)
             elif kind is DENSE and not _dense(a):
+                if inplace and name in self.sources.values():
+                    raise ValueError(f"{name}: cannot write in place: the array is not contiguous (and aligned)")
                 given[name] = memory.dense(a)
         specs = self.specs
         if inplace:

@@ -1,11 +1,13 @@
-"""Syntax -> IR for `rmsnorm`: its two inputs, one output and the settings axis, epsilon, stash."""
+"""Syntax -> IR for `rmsnorm`: x and scale (and a residual), its outputs and its settings."""
 from __future__ import annotations
 
 from ropegen import ir
 from ropegen.ir.dtypes import DTYPES, FLOAT_NAMES
 from ropegen.spec.values import Bad
 
-SETTINGS = ("axis", "epsilon", "stash")
+SETTINGS = ("axis", "epsilon", "stash", "residual", "residual_add", "weight_offset", "cast", "dtype")
+CASTS = ("before_scale", "after_scale")
+RESIDUAL_ADDS = ("storage", "stash")
 
 
 def check(cx) -> ir.RmsNormOp:
@@ -13,22 +15,36 @@ def check(cx) -> ir.RmsNormOp:
     node = cx.node
     if cx.broken:
         raise Bad   # reported at the declaration
-    if len(node.inputs) != 2 or len(cx.tensors) != 2:
-        cx.fail("C034", "rmsnorm takes exactly two inputs: x, then scale", node.name_loc)
-    x, scale = cx.tensors.values()
-    cx.used.update((x.name, scale.name))
-    if len(node.outputs) != 1 or node.outputs[0].value is not None:
-        loc = node.outputs[1].loc if len(node.outputs) > 1 else \
-            (node.outputs[0].value.loc if node.outputs else node.name_loc)
-        cx.fail("C025", "rmsnorm has exactly one output, declared as `out NAME`", loc)
-    out = node.outputs[0].name
-    if out in cx.tensors:
-        cx.fail("C003", f"'{out}' is declared twice", node.outputs[0].loc)
-    for t in (x, scale):
+    r = cx.setting("residual")
+    residual = cx.ref(r.value, "residual").name if r is not None else None
+    want = 3 if residual else 2
+    if len(node.inputs) != want or len(cx.tensors) != want:
+        cx.fail("C034", "rmsnorm takes x, then scale" + (", and the residual input" if residual else "")
+                + f": {want} inputs", node.name_loc)
+    plain = [t for t in cx.tensors.values() if t.name != residual]
+    x, scale = plain
+    cx.used.update(cx.tensors)
+    n_out = 2 if residual else 1
+    if len(node.outputs) != n_out or any(o.value is not None for o in node.outputs):
+        bad = next((o for o in node.outputs if o.value is not None), None)
+        loc = bad.value.loc if bad is not None else (node.outputs[n_out].loc if len(node.outputs) > n_out
+                                                     else node.name_loc)
+        cx.fail("C025", "rmsnorm has one output, `out Y`" + (", and with a residual a second, `out H` "
+                "(x + residual)" if residual else ""), loc)
+    names = [o.name for o in node.outputs]
+    for o in node.outputs:
+        if o.name in cx.tensors or names.count(o.name) > 1:
+            cx.fail("C003", f"'{o.name}' is declared twice", o.loc)
+    for t in cx.tensors.values():
         if t.dtype.name not in FLOAT_NAMES:
             cx.fail("C023", f"'{t.name}' must be a float type", t.loc)
         if any(len(a.parts) > 1 or a.parts[0].role is not None for a in t.axes):
             cx.fail("C023", "rmsnorm tensors take plain dimensions, not labels", t.loc)
+    if residual:
+        rt = cx.tensors[residual]
+        if rt.dtype != x.dtype or [a.size for a in rt.axes] != [a.size for a in x.axes]:
+            cx.fail("C022", f"residual '{rt.name}' must have x's dtype and shape ({x.dtype.name}"
+                    f"[{', '.join(str(a.size) for a in x.axes)}])", rt.loc)
     rank = len(x.axes)
     if rank == 0:
         cx.fail("C021", f"'{x.name}' needs at least one dimension", x.loc)
@@ -54,4 +70,16 @@ def check(cx) -> ir.RmsNormOp:
     if st is not None:
         name = cx.word(st.value, "stash", ("f32", "f64"))
         stash = DTYPES[name]
-    return ir.RmsNormOp(node.name, (x, scale), out, axis, eps, stash, node.loc)
+    ra = cx.setting("residual_add")
+    if ra is not None and not residual:
+        cx.fail("C030", "residual_add needs `residual = INPUT`", ra.loc)
+    residual_add = "storage" if ra is None else cx.word(ra.value, "residual_add", RESIDUAL_ADDS)
+    wo = cx.setting("weight_offset")
+    offset = 0.0 if wo is None else float(cx.number(wo.value, "weight_offset"))
+    c = cx.setting("cast")
+    cast = "before_scale" if c is None else cx.word(c.value, "cast", CASTS)
+    d = cx.setting("dtype")
+    y_dtype = None if d is None else DTYPES[cx.word(d.value, "dtype", FLOAT_NAMES)]
+    return ir.RmsNormOp(node.name, tuple(cx.tensors.values()), names[0], axis, eps, stash, node.loc,
+                        residual=residual, sum_output=names[1] if residual else None,
+                        residual_add=residual_add, weight_offset=offset, cast=cast, y_dtype=y_dtype)

@@ -1,4 +1,5 @@
-"""The RMSNorm plan: stage types, the scale's broadcast strides and epsilon in the stash type."""
+"""The RMSNorm plan: stage types, the scale's broadcast strides, epsilon in the stash type, and the
+family's settings (residual add, weight offset, cast order, output type) as plain words and values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,10 +33,22 @@ class RmsNormPlan:
     scale_strides: tuple[int, ...]
     epsilon: float
     ir: ir.RmsNormOp
+    x_name: str = ""               # the inputs by role (plan.inputs keeps the declaration order)
+    scale_name: str = ""
+    residual: str | None = None    # h = x + residual is normalized, and written to `sum_output`
+    sum_output: str | None = None
+    residual_add: str = "storage"  # storage: the sum rounded to x's type is normalized; stash: unrounded
+    weight_offset: float = 0.0     # added to the scale in the product type (Gemma: 1), as that type's value
+    cast: str = "before_scale"     # before_scale: normalized rounded to x's type, then * scale;
+    #                                after_scale: normalized * scale in the product type, rounded once
 
     @property
     def last_axis(self) -> int:
         return self.rank - 1
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (self.out,) + ((self.sum_output,) if self.sum_output else ())
 
 
 def constants(plan: RmsNormPlan) -> list[float]:
@@ -58,9 +71,11 @@ def plan(op: ir.RmsNormOp, sha: str) -> RmsNormPlan:
     product = DTYPES["f64"] if "f64" in (x.dtype.name, scale.dtype.name) else DTYPES["f32"]
     return RmsNormPlan(
         name=op.name, spec_sha256=sha,
-        inputs=(tensor_plan(x, None), tensor_plan(scale, None)), out=op.output,
-        x=x.dtype, scale=scale.dtype, y=scale.dtype, stash=op.stash, product=product,
+        inputs=tuple(tensor_plan(t, None) for t in op.inputs), out=op.output,
+        x=x.dtype, scale=scale.dtype, y=op.y, stash=op.stash, product=product,
         padded_scale_shape=padded, epsilon_stash=float(op.stash.np_dtype.type(op.epsilon)),
         axis=op.axis, rank=len(x.axes),
         norm_size=int(np.prod(norm_shape)), norm_shape=norm_shape, scale_shape=sshape,
-        scale_strides=tuple(strides), epsilon=op.epsilon, ir=op)
+        scale_strides=tuple(strides), epsilon=op.epsilon, ir=op, x_name=x.name, scale_name=scale.name,
+        residual=op.residual, sum_output=op.sum_output, residual_add=op.residual_add,
+        weight_offset=float(product.np_dtype.type(op.weight_offset)), cast=op.cast)

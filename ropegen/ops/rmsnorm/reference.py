@@ -6,14 +6,33 @@ import numpy as np
 from ropegen import ir
 
 
+def _rounded(v: np.ndarray, dtype) -> np.ndarray:
+    """v rounded to a storage type (ml_dtypes' bfloat16 included), back in float64."""
+    return v.astype(dtype.np_dtype).astype(np.float64)
+
+
 def evaluate(op: ir.RmsNormOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The stated roundings are applied stage by stage: the residual sum rounded to x's type when
+    `residual_add = storage` (what the models normalize), the normalized value rounded to x's type
+    before the scale when `cast = before_scale`; the rest is exact arithmetic in float64."""
     x = np.asarray(arrays[op.x.name]).astype(np.float64)
-    w = np.asarray(arrays[op.scale.name]).astype(np.float64)
+    w = np.asarray(arrays[op.scale.name]).astype(np.float64) + op.weight_offset
+    out = {}
+    if op.residual:
+        x = x + np.asarray(arrays[op.residual]).astype(np.float64)
+        out[op.sum_output] = _rounded(x, op.x.dtype)
+        if op.residual_add == "storage":
+            x = out[op.sum_output]
     axes = tuple(range(op.axis, x.ndim))
     ms = np.mean(x * x, axis=axes, keepdims=True)
-    return {op.output: x / np.sqrt(ms + op.epsilon) * w}
+    normalized = x / np.sqrt(ms + op.epsilon)
+    if op.cast == "before_scale":
+        with np.errstate(over="ignore", invalid="ignore"):
+            normalized = _rounded(normalized, op.x.dtype)
+    out[op.output] = normalized * w
+    return out
 
 
 def tolerance_dtype(op: ir.RmsNormOp):
-    # stage one is rounded back to x's type, so the coarser of x and scale bounds the error
-    return min((op.x.dtype, op.scale.dtype), key=lambda d: d.mantissa_bits)
+    # the coarsest of x, scale and y bounds the error (stage one's rounding is in the reference)
+    return min((op.x.dtype, op.scale.dtype, op.y), key=lambda d: d.mantissa_bits)
