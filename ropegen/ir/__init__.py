@@ -156,10 +156,23 @@ class Trig(Enum):
 
 
 @dataclass(frozen=True)
+class HeadNorm:
+    """`rotate(rmsnorm(x, weight = W, ...))`: each head of x normalized over head_dim before it is
+    rotated (Qwen3 / Gemma 3 q and k norms), the result rounded to x's type as the model stores it;
+    the numerics are rmsnorm's (ops/rmsnorm/reference.py `normalize`), stash f32 (f64 for f64 x)."""
+
+    weight: str
+    epsilon: float
+    weight_offset: float = 0.0     # Gemma 3: 1
+    cast: str = "before_scale"     # as rmsnorm's `cast`
+
+
+@dataclass(frozen=True)
 class RopeOutput:
     name: str
     source: str
     rotate: bool      # False: a pass-through copy (ppl bypass_key)
+    norm: HeadNorm | None = None   # the per-head RMSNorm applied before the rotation
 
 
 @dataclass(frozen=True)

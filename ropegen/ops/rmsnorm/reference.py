@@ -11,6 +11,17 @@ def _rounded(v: np.ndarray, dtype) -> np.ndarray:
     return v.astype(dtype.np_dtype).astype(np.float64)
 
 
+def normalize(s: np.ndarray, w: np.ndarray, epsilon: float, cast: str, x_dtype, axes: tuple[int, ...]) -> np.ndarray:
+    """s / sqrt(mean(s^2 over axes) + epsilon) * w in float64, the normalized value rounded to x's
+    type first when `cast = before_scale`; `w` already holds the weight offset."""
+    ms = np.mean(s * s, axis=axes, keepdims=True)
+    normalized = s / np.sqrt(ms + epsilon)
+    if cast == "before_scale":
+        with np.errstate(over="ignore", invalid="ignore"):
+            normalized = _rounded(normalized, x_dtype)
+    return normalized * w
+
+
 def evaluate(op: ir.RmsNormOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The stated roundings are applied stage by stage: the residual sum rounded to x's type when
     `residual_add = storage` (what the models normalize), the normalized value rounded to x's type
@@ -23,13 +34,7 @@ def evaluate(op: ir.RmsNormOp, arrays: dict[str, np.ndarray]) -> dict[str, np.nd
         out[op.sum_output] = _rounded(x, op.x.dtype)
         if op.residual_add == "storage":
             x = out[op.sum_output]
-    axes = tuple(range(op.axis, x.ndim))
-    ms = np.mean(x * x, axis=axes, keepdims=True)
-    normalized = x / np.sqrt(ms + op.epsilon)
-    if op.cast == "before_scale":
-        with np.errstate(over="ignore", invalid="ignore"):
-            normalized = _rounded(normalized, op.x.dtype)
-    out[op.output] = normalized * w
+    out[op.output] = normalize(x, w, op.epsilon, op.cast, op.x.dtype, tuple(range(op.axis, x.ndim)))
     return out
 
 

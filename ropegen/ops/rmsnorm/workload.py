@@ -11,7 +11,7 @@ from ropegen.ops.rmsnorm.plan import RmsNormPlan
 
 
 def output_bytes(op: ir.RmsNormOp, sizes: dict[str, int]) -> int:
-    return elements(resolve(op.x, sizes)) * 8
+    return elements(resolve(op.x, sizes)) * 8 * len(op.output_names)
 
 
 def bench_inputs(op: ir.RmsNormOp, sizes: dict[str, int], positions: str,
@@ -22,9 +22,10 @@ def bench_inputs(op: ir.RmsNormOp, sizes: dict[str, int], positions: str,
 
 
 def bytes_moved(p: RmsNormPlan, arrays: dict[str, np.ndarray]) -> int:
-    """x and scale read once, y written once."""
-    x = arrays[p.inputs[0].name]
-    return x.nbytes + arrays[p.inputs[1].name].nbytes + x.size * p.y.itemsize
+    """Every input read once (x, scale, the residual), y written once (and h, x's type)."""
+    x = arrays[p.x_name]
+    moved = sum(arrays[t.name].nbytes for t in p.inputs) + x.size * p.y.itemsize
+    return moved + (x.nbytes if p.residual else 0)
 
 
 def dtype_label(p: RmsNormPlan) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ropegen import ir
 from ropegen.ops.rope import forms
+from ropegen.ops.rope.head_norm import check_norm
 from ropegen.spec import ast as A
 from ropegen.spec.diagnostics import did_you_mean
 from ropegen.spec.tensors import ROLE_NAMES
@@ -84,9 +85,16 @@ def _outputs(cx) -> tuple[ir.RopeOutput, ...]:
                 and v.args[0].name is None):
             cx.fail("C025", f"output '{o.name}' must be `rotate(INPUT)` or `copy(INPUT)`",
                     (v.loc if v is not None else o.loc),
-                    f"e.g. `out {o.name} = rotate(x)`")
-        src = cx.ref(v.args[0].value, "the rotated tensor")
-        outs.append(ir.RopeOutput(o.name, src.name, v.name == "rotate"))
+                    f"e.g. `out {o.name} = rotate(x)` or `rotate(rmsnorm(x, weight = w))`")
+        inner, norm = v.args[0].value, None
+        if isinstance(inner, A.Call) and inner.name == "rmsnorm":
+            if v.name != "rotate":
+                cx.fail("C025", "rmsnorm(...) is fused into rotate(...) only", inner.loc,
+                        "a normalized copy is an rmsnorm operator")
+            src, norm = check_norm(cx, inner)
+        else:
+            src = cx.ref(inner, "the rotated tensor")
+        outs.append(ir.RopeOutput(o.name, src.name, v.name == "rotate", norm))
     if not outs:
         cx.fail("C025", f"rope '{cx.node.name}' declares no output", cx.node.name_loc,
                 "add e.g. `out y = rotate(x)`")

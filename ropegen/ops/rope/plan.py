@@ -10,6 +10,7 @@ from ropegen.ir.dtypes import DTYPES, DType
 from ropegen.ops.common import TensorPlan, tensor_plan
 from ropegen.ops.rope import forms
 from ropegen.ops.rope.angles import AnglesPlan
+from ropegen.ops.rope.head_norm import HeadNormPlan, plan_norm
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class StreamPlan:
     out: str
     src: str
     rotate: bool
+    norm: HeadNormPlan | None = None    # rmsnorm over each head before the rotation (head_norm.py)
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def plan(op: ir.RopeOp, sha: str) -> RopePlan:
     pos_dtype = None if op.positions.ids is None else op.tensor(op.positions.ids).dtype
     return RopePlan(
         name=op.name, spec_sha256=sha, inputs=inputs,
-        streams=tuple(StreamPlan(o.name, o.source, o.rotate) for o in op.outputs),
+        streams=tuple(StreamPlan(o.name, o.source, o.rotate, plan_norm(op, o)) for o in op.outputs),
         token_layout=token_layout, token_order=token_order, storage=storage, compute=compute,
         compute_storage_rounding=op.compute is ir.Compute.STORAGE,
         unit=unit, head_dim=head_dim, rotary_dim=rotary, blocks=blocks, passthrough=passthrough,

@@ -11,6 +11,7 @@ import numpy as np
 from ropegen import ir
 from ropegen.ops.rope import forms
 from ropegen.ops.rope import reference_frequencies as frequencies
+from ropegen.ops.rmsnorm import reference as rms_reference
 
 
 def _formula(name: str):
@@ -350,6 +351,10 @@ def evaluate(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarr
         t = op.tensor(o.source)
         src = np.asarray(arrays[t.name])
         x = _canonical(t, src)
+        if o.norm is not None:      # the head normalized first, stored in t's type as the model does
+            w = np.asarray(arrays[o.norm.weight]).astype(np.float64) + o.norm.weight_offset
+            x = rms_reference.normalize(x, w, o.norm.epsilon, o.norm.cast, t.dtype, (-1,))
+            x = x.astype(t.dtype.np_dtype).astype(np.float64)
         y = x.copy()
         if o.rotate:
             for u in range(0, head_dim, unit):
