@@ -7,6 +7,7 @@ from ropegen import ir
 from ropegen.ops.rope import forms
 from ropegen.ops.rope.angles import ExactAngles, GgmlAngles, TableAnglesPlan
 from ropegen.ops.rope.frequency_rows import frequency_rows
+from ropegen.ops.rope.head_norm import norm_words
 from ropegen.ops.rope.plan import RopePlan
 
 
@@ -19,8 +20,8 @@ def explain(p: RopePlan, lengths: tuple[int, ...] = ()) -> str:
     lines = [f"rope {p.name}"]
     for t in p.inputs:
         lines.append(f"  input      {t.name}: {_shape(t)}")
-    for s in p.streams:
-        lines.append(f"  output     {s.out} = {'rotate' if s.rotate else 'copy'}({s.src})")
+    for o in op.outputs:
+        lines.append(f"  output     {o.name} = {'rotate' if o.rotate else 'copy'}({o.source}){norm_words(o.norm)}")
     lines.append(f"  tokens     {'packed [tokens]' if p.token_layout == 't' else '[batch, seq]'}"
                  + (f", sequences from '{p.sequences}'" if p.sequences else ""))
     desc = forms.position_of(op.positions).explain(op.positions)
