@@ -264,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="*", metavar="SPEC")
     p.add_argument("--suite", choices=tuple(SUITES), default=None,
                    help="add a built-in set: llama3 = Llama-3-8B RoPE (f32, bf16; cache and computed) "
-                        "and RMSNorm [4096, 4096]")
+                        "and RMSNorm [4096, 4096]; fusion = Qwen3 q/k RMSNorm + RoPE fused, beside the "
+                        "unfused RMSNorm and RoPE operators it replaces")
     p.add_argument("--backend", default=(bench_targets or (None,))[0], choices=bench_targets,
                    help=_alternatives(bench_targets))
     p.add_argument("--threads", type=_int_option(1, MAX_THREADS, "threads"), default=None,

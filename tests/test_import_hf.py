@@ -2,7 +2,8 @@
 
 * Structure: the `rope` operator takes (q, k, positions) and gives (q_rot, k_rot) with the model's head
   counts, rotated head_dim, rotary_dim, pairing and dtype; `rmsnorm` is there iff the model uses RMSNorm,
-  with its rms_norm_eps. The expected shapes are written out per model below, not derived by the test.
+  with its rms_norm_eps (its class's (1 + w) and cast order, and the q/k norm operators:
+  tests/test_import_hf_norms.py). The expected shapes are written out per model below, not derived by the test.
 * Numbers: the spec, imported with the config's dtype set to float32, rotates q and k (numpy and C
   backends) like a float64 transcription of transformers' own path for that model class: its rope init
   formulas (default, linear, llama3, yarn), cos/sin = cat(freqs, freqs) * attention_factor, and the
@@ -72,6 +73,7 @@ MODELS = {
     "pythia-1b":                   (8, 8, 256, 64, "f16", 2048, None, "neox"),
     # Falcon-7B: multi_query -> one k head (FalconAttention: num_kv_heads = 1 unless new_decoder_architecture)
     "falcon-7b":                   (71, 1, 64, 64, "bf16", 4544, None, "neox"),
+    "olmo-2-1124-7b":              (32, 32, 128, 128, "f32", 4096, 1e-6, "neox"),
 }
 GEMMA = ("gemma-2-9b", "gemma-3-4b")
 PAIRING = {"neox": ir.PairKind.NEOX, "gpt_oss": ir.PairKind.NEOX, "glm": ir.PairKind.GPTJ,
@@ -256,8 +258,10 @@ def test_rmsnorm_operator_iff_the_model_uses_rmsnorm(name):
     if eps is None:
         assert names == ["rope"], text
         return
-    # Gemma 3 adds its sliding-window layers' rope_local
-    assert sorted(names) == ["rmsnorm", "rope"] + (["rope_local"] if name == "gemma-3-4b" else []), text
+    # Gemma 3 adds its sliding-window layers' rope_local; Qwen3 and Gemma 3 their fused q/k norm + rope
+    extra = {"gemma-3-4b": ["qk_norm_rope", "qk_norm_rope_local", "rope_local"], "qwen3-8b": ["qk_norm_rope"],
+             "olmo-2-1124-7b": ["k_norm", "q_norm"]}
+    assert sorted(names) == sorted(["rmsnorm", "rope"] + extra.get(name, [])), text
     op = prog["rmsnorm"]
     assert op.kind == "rmsnorm"
     assert op.inputs == ("x", "weight") and op.outputs == ("y",), text
@@ -338,8 +342,8 @@ def test_half_precision_spec_stays_within_storage_ulps(name):
 @pytest.mark.parametrize("backend", ["numpy", "c"])
 @pytest.mark.parametrize("name", sorted(n for n, m in MODELS.items() if m[6] is not None))
 def test_rmsnorm_matches_transformers(name, backend):
-    """LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * weight. Gemma's norm multiplies by (1 + weight): the
-    spec models the plain form (the importer warns), so HF's Gemma output is the spec run on 1 + weight."""
+    """LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * weight; Gemma's norm multiplies by (1 + weight), which
+    the spec models (weight_offset = 1)."""
     *_, hidden, eps, _ = MODELS[name]
     op = imported(name, f32=True)[0]["rmsnorm"]
     rng = np.random.default_rng(2)
@@ -347,11 +351,8 @@ def test_rmsnorm_matches_transformers(name, backend):
     w = rng.standard_normal(hidden).astype(np.float32)
     xd = x.astype(np.float64)
     normed = xd / np.sqrt((xd * xd).mean(-1, keepdims=True) + eps)
-    if name in GEMMA:
-        want, arg = normed * (1.0 + w.astype(np.float64)), (np.float32(1) + w)
-    else:
-        want, arg = normed * w, w
-    got = op.run(x, arg, backend=backend)
+    want = normed * (1.0 + w.astype(np.float64) if name in GEMMA else w)
+    got = op.run(x, w, backend=backend)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-6, atol=2e-6 * float(np.abs(want).max()))
 
 
@@ -410,9 +411,9 @@ def test_gemma3_local_layers_get_their_own_rope():
 
 
 @pytest.mark.parametrize("name", GEMMA)
-def test_gemma_warns_about_its_rmsnorm(name):
-    _, _, warns = imported(name)
-    assert any(re.search(r"1\s*\+\s*weight", w) for w in warns), warns
+def test_gemma_rmsnorm_scales_by_one_plus_weight(name):
+    op = imported(name)[0]["rmsnorm"].ir
+    assert (op.weight_offset, op.cast) == (1.0, "after_scale")
 
 
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3.1-8b", "mistral-7b-v0.3", "qwen3-8b"])
@@ -500,6 +501,7 @@ LIVE = {  # model_type -> (modeling module, rotary class, apply function, style)
     "mistral": ("mistral", "MistralRotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "qwen2": ("qwen2", "Qwen2RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "qwen3": ("qwen3", "Qwen3RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
+    "olmo2": ("olmo2", "Olmo2RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "gemma2": ("gemma2", "Gemma2RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding", "apply_rotary_pos_emb", "neox"),
     "gpt_neox": ("gpt_neox", "GPTNeoXRotaryEmbedding", "apply_rotary_pos_emb", "neox"),
@@ -533,7 +535,7 @@ def test_live_transformers(name):
     qt = torch.from_numpy(q).transpose(0, 1)[None]            # [1, H, T, D]
     kt = torch.from_numpy(k).transpose(0, 1)[None]
     pt = torch.from_numpy(pos)[None]
-    # Gemma 3: the global layers' table (the spec's `rope`; the importer warns about the local ones)
+    # Gemma 3: the global layers' table (the spec's `rope`; `rope_local` has the sliding layers')
     rot = emb(qt, pt, "full_attention") if cfg["model_type"] == "gemma3_text" else emb(qt, pt)
     rot = rot if isinstance(rot, tuple) else (rot,)            # DeepSeek-V2: one complex freqs_cis
     want_q, want_k = getattr(m, apply)(qt, kt, *rot)

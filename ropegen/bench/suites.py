@@ -48,4 +48,56 @@ def llama3_suite(dtypes: Iterable[str] = ("f32", "bf16")) -> list[Operator]:
     return list(compile_spec(text, file="llama3_bench.rope"))
 
 
-SUITES = {"llama3": llama3_suite}
+# Qwen3-8B's attention input: q/k RMSNorm per head then RoPE, fused (one read and one write of q and
+# k) and as the unfused pair it replaces (ropegen's RMSNorm of q and of k, then ropegen's RoPE).
+FUSION_SUITE = """
+rope qwen3_qk_norm_rope_{dt} {{
+    in q:         {dt}[tokens=T, heads=32, head_dim=128]
+    in k:         {dt}[tokens=T, heads=8, head_dim=128]
+    in positions: i64[T]
+    in q_weight:  {dt}[128]
+    in k_weight:  {dt}[128]
+    out q_rot = rotate(rmsnorm(q, weight = q_weight, epsilon = 1e-6))
+    out k_rot = rotate(rmsnorm(k, weight = k_weight, epsilon = 1e-6))
+    pairing   = neox
+    positions = positions
+    angles    = computed(base = 1000000)
+    compute   = f32
+}}
+
+rmsnorm unfused_q_norm_{dt} {{
+    in x:      {dt}[T, 32, 128]
+    in weight: {dt}[128]
+    out y
+    epsilon = 1e-6
+}}
+
+rmsnorm unfused_k_norm_{dt} {{
+    in x:      {dt}[T, 8, 128]
+    in weight: {dt}[128]
+    out y
+    epsilon = 1e-6
+}}
+
+rope unfused_rope_{dt} {{
+    in q:         {dt}[tokens=T, heads=32, head_dim=128]
+    in k:         {dt}[tokens=T, heads=8, head_dim=128]
+    in positions: i64[T]
+    out q_rot = rotate(q)
+    out k_rot = rotate(k)
+    pairing   = neox
+    positions = positions
+    angles    = computed(base = 1000000)
+    compute   = f32
+}}
+"""
+
+
+def fusion_suite(dtypes: Iterable[str] = ("f32", "bf16")) -> list[Operator]:
+    """Fused q/k RMSNorm + RoPE beside the three operators it replaces (sum their times to compare)."""
+    from ropegen.api import compile as compile_spec
+    text = "".join(FUSION_SUITE.format(dt=dt) for dt in dtypes)
+    return list(compile_spec(text, file="fusion_bench.rope"))
+
+
+SUITES = {"llama3": llama3_suite, "fusion": fusion_suite}

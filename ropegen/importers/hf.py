@@ -1,5 +1,9 @@
 """`ropegen import-hf`: a transformers config.json to one spec holding the model's attention RoPE
-(operator `rope`: q, k, positions -> q_rot, k_rot) and its RMSNorm (operator `rmsnorm`: x, weight -> y).
+(operator `rope`: q, k, positions -> q_rot, k_rot) and its RMSNorm (operator `rmsnorm`: x, weight -> y,
+following the model's own RMSNorm class: Gemma's (1 + w), the cast before or after the weight).
+Models with per-head q/k norms (Qwen3, Gemma 3) also get `qk_norm_rope` (q, k, positions, q_weight,
+k_weight -> q_rot, k_rot: the norm fused in front of the same rotation); OLMo 2's norm over all heads
+of a token cannot be fused per head and becomes `q_norm` / `k_norm` rmsnorm operators instead.
 
 The contract scripts rely on: q and k are [tokens=T, heads=H, head_dim=D] in the model's dtype,
 positions i64[T], the operators keep these names and orders. Both spellings of the scaling are read
@@ -29,6 +33,14 @@ PHI3_ORIGINAL = 4096
 INTERLEAVED = {"glm", "glm4", "chatglm", "gptj", "deepseek_v2", "deepseek_v3", "cohere"}
 LAYERNORM = {"gpt_neox", "falcon", "gptj", "phi", "stablelm", "bloom", "gpt2", "mpt"}
 GEMMA = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+# RMSNorm classes that multiply by the weight in float32 and cast once at the end, `(w * x).to(dtype)`
+# (Olmo2RMSNorm, GptOssRMSNorm; Gemma's as well, with 1 + w); the rest are LlamaRMSNorm's
+# `w * x.to(dtype)`
+AFTER_SCALE = GEMMA | {"gpt_oss", "olmo2", "olmo3"}
+# q_norm / k_norm over each head's head_dim (Qwen3RMSNorm / Gemma3RMSNorm(head_dim)) ...
+HEAD_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+# ... and over all heads of a token at once (Olmo2RMSNorm(num_heads * head_dim))
+FULL_QK_NORM = {"olmo2", "olmo3"}
 # models whose attention has no rotary embedding at all (ALiBi or learned absolute positions)
 NO_ROPE = {"bloom": "ALiBi", "mpt": "ALiBi", "gpt2": "learned absolute positions", "opt": "learned absolute positions",
            "gpt_bigcode": "learned absolute positions", "baichuan": "ALiBi (13B)"}
@@ -144,15 +156,20 @@ def _scaling(cfg: dict, warnings: list[str], mtype: str = "", rotary: int = 0,
 
 
 def _rope(op: str, angles: str, *, hq: int, hk: int, head_dim: int, rotary: int, interleaved: bool, mrope: dict,
-          dt: str) -> list[str]:
-    """The lines of one rope operator of the contract (q, k, positions -> q_rot, k_rot)."""
+          dt: str, norm: str = "") -> list[str]:
+    """The lines of one rope operator of the contract (q, k, positions -> q_rot, k_rot); with `norm` (the
+    rmsnorm settings after the weight), the fused form (q, k, positions, q_weight, k_weight)."""
     lines = [f"rope {op} {{",
              f"    in q:         {dt}[tokens=T, heads={hq}, head_dim={head_dim}]",
              f"    in k:         {dt}[tokens=T, heads={hk}, head_dim={head_dim}]",
-             f"    in positions: i64[{str(len(mrope['sections'])) + ', ' if mrope else ''}T]",
-             "    out q_rot = rotate(q)",
-             "    out k_rot = rotate(k)",
-             f"    pairing    = {'gptj' if interleaved else 'neox'}"]
+             f"    in positions: i64[{str(len(mrope['sections'])) + ', ' if mrope else ''}T]"]
+    if norm:
+        lines += [f"    in q_weight:  {dt}[{head_dim}]", f"    in k_weight:  {dt}[{head_dim}]",
+                  f"    out q_rot = rotate(rmsnorm(q, weight = q_weight, {norm}))",
+                  f"    out k_rot = rotate(rmsnorm(k, weight = k_weight, {norm}))"]
+    else:
+        lines += ["    out q_rot = rotate(q)", "    out k_rot = rotate(k)"]
+    lines.append(f"    pairing    = {'gptj' if interleaved else 'neox'}")
     if rotary != head_dim:
         lines.append(f"    rotary_dim = {rotary}")
     if mrope:
@@ -161,6 +178,51 @@ def _rope(op: str, angles: str, *, hq: int, hk: int, head_dim: int, rotary: int,
     else:
         lines.append("    positions  = positions")
     return lines + [f"    angles     = {angles}", f"    compute    = {'storage' if dt != 'f32' else 'f32'}", "}"]
+
+
+def _norm_settings(mtype: str, eps) -> tuple[list[str], str]:
+    """(the rmsnorm setting lines, a comment naming the class) of the model's RMSNorm class."""
+    lines = [f"epsilon = {_num(eps)}"]
+    if mtype in GEMMA:
+        return lines + ["weight_offset = 1", "cast = after_scale"], (
+            "GemmaRMSNorm: float32 statistics, times (1 + weight) in float32, cast to x's type last")
+    if mtype in AFTER_SCALE:
+        return lines + ["cast = after_scale"], (
+            "(weight * normalized) in float32, cast to x's type last, as its RMSNorm class does")
+    return lines, ("LlamaRMSNorm: float32 statistics, the normalized value cast to the input dtype, "
+                   "then times weight in the weight's dtype")
+
+
+def _rmsnorm(op: str, settings: list[str], x: str, w: str, extra: tuple[str, ...] = ()) -> list[str]:
+    return ([f"rmsnorm {op} {{", f"    in x:      {x}", f"    in weight: {w}", "    out y"]
+            + [f"    {line}" for line in (*extra, *settings)] + ["}"])
+
+
+def _norms(mtype: str, cfg: dict, shape: dict, angles: str, local: str | None, hidden: int,
+           warnings: list[str]) -> list[str]:
+    """The rmsnorm operator and the q/k norm operators (fused with the rope where the norm is per head)."""
+    eps = cfg.get("rms_norm_eps")
+    if eps is None or mtype in LAYERNORM:
+        warnings.append(f"model_type '{mtype}' normalizes with LayerNorm: no rmsnorm operator written")
+        return []
+    settings, about = _norm_settings(mtype, eps)
+    dt, hq, hk, d = shape["dt"], shape["hq"], shape["hk"], shape["head_dim"]
+    lines = ["", f"# its RMSNorm ({about})"] + _rmsnorm("rmsnorm", settings, f"{dt}[T, {hidden}]", f"{dt}[{hidden}]")
+    if mtype in HEAD_QK_NORM:
+        norm = ", ".join(settings)
+        lines += ["", "# q_norm / k_norm over each head's head_dim, then the rotation (the model stores the",
+                  "# normalized head in its dtype between the two)"] + _rope("qk_norm_rope", angles, **shape, norm=norm)
+        if local is not None:
+            lines += ["", "# the same for the sliding-window layers"]
+            lines += _rope("qk_norm_rope_local", local, **shape, norm=norm)
+    elif mtype in FULL_QK_NORM:
+        warnings.append(f"model_type '{mtype}' normalizes q and k over all heads of a token (q_norm over "
+                        f"num_attention_heads * head_dim = {hq * d}), which a per-head norm fused into the "
+                        "rotation cannot express: no qk_norm_rope; run q_norm / k_norm, then rope")
+        lines += ["", "# q_norm / k_norm over all heads of a token (hidden num_heads * head_dim), before `rope`"]
+        for op, heads in (("q_norm", hq), ("k_norm", hk)):
+            lines += _rmsnorm(op, settings, f"{dt}[T, {heads}, {d}]", f"{dt}[{heads}, {d}]", ("axis = -2",))
+    return lines
 
 
 def spec_from_config(config: dict, name: str) -> tuple[str, list[str]]:
@@ -208,19 +270,11 @@ def _spec(config: dict, name: str) -> tuple[str, list[str]]:
     shape = dict(hq=hq, hk=hk, head_dim=head_dim, rotary=rotary, interleaved=interleaved, mrope=mrope, dt=dt)
     lines += _rope("rope", angles, **shape)
     local = cfg.get("rope_local_base_freq")
+    local_angles = None if local is None else f"computed(base = {_num(local)})"
     if local is not None:      # Gemma 3: the sliding-window layers rotate with their own, unscaled base
         lines += ["", "# the sliding-window layers' RoPE (rope_local_base_freq, no scaling)"]
-        lines += _rope("rope_local", f"computed(base = {_num(local)})", **shape)
-    eps = cfg.get("rms_norm_eps")
-    if eps is None or mtype in LAYERNORM:
-        warnings.append(f"model_type '{mtype}' normalizes with LayerNorm: no rmsnorm operator written")
-    else:
-        if mtype in GEMMA:
-            warnings.append("Gemma's RMSNorm scales by (1 + weight) in float32 before the cast: this `rmsnorm` "
-                            "multiplies by weight, so pass 1 + weight (the (1 + w) form is issue 12's)")
-        lines += ["", "# its RMSNorm (LlamaRMSNorm: float32 statistics, the normalized value cast to the input dtype, "
-                  "then times weight)", "rmsnorm rmsnorm {", f"    in x:      {dt}[T, {hidden}]",
-                  f"    in weight: {dt}[{hidden}]", "    out y", f"    epsilon = {_num(eps)}", "}"]
+        lines += _rope("rope_local", local_angles, **shape)
+    lines += _norms(mtype, cfg, shape, angles, local_angles, hidden, warnings)
     return "\n".join(lines) + "\n", warnings
 
 
