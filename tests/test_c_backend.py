@@ -523,7 +523,7 @@ def test_compiler_from_cc_env_is_used(monkeypatch, tmp_path):
 # the NumPy fast path (runtime/numpy_host.py): the values Convention.bind gives, or no answer
 
 FAST_OPS = ["llama3_8b", "llama3_8b_cached", "onnx_rope_4d", "ppl_rotary", "hf_llama_per_token", "rms_axis1",
-            "rms_last_axis"]
+            "rms_last_axis", "rms_mixed_types"]
 
 
 def _layouts(op, args):
@@ -615,7 +615,11 @@ def _refused(op, args):
     ro[0].flags.writeable = False
     bad.append(("read-only out=", args, {"out": ro}))
     if op.kind == "rmsnorm":
-        bad.append(("rmsnorm in place", args, {"inplace": True}))
+        if op.plan.y != op.plan.x:     # y over x needs their types to agree
+            bad.append(("rmsnorm in place with another output type", args, {"inplace": True}))
+        strided = list(args)
+        strided[0] = np.repeat(args[0], 2, axis=-1)[..., ::2]
+        bad.append(("rmsnorm in place over a non-contiguous x", strided, {"inplace": True}))
     else:
         same = list(args)
         src = op.inputs.index(op.plan.streams[0].src)

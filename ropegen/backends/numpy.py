@@ -83,6 +83,7 @@ def rope_context(p: RopePlan) -> dict:
         # freq_factors divide a float32 angle in ggml numerics, a float64 one in exact numerics
         ff_np=NP_TYPES["f32" if kind == "ggml" else "f64"],
         unit=getattr(p.angles, "length_unit", None) or "",     # run takes the call's frequency rows
+        np_types=NP_TYPES,
     )
 
 

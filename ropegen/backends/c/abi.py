@@ -119,12 +119,17 @@ def rope_abi(p: RopePlan) -> list[CParam]:
 
 
 def rms_abi(p: RmsNormPlan) -> list[CParam]:
+    """The inputs in declaration order, then y, then h (with a residual), the sizes, the threads."""
     taken: set[str] = set()
-    x, s = p.inputs
-    params = [CParam(c_ident(x.name, taken), ("in", x.name), x.dtype, True, doc=f"{_shape_str(x)}, contiguous"),
-              CParam(c_ident(s.name, taken), ("in", s.name), s.dtype, True, doc=f"{_shape_str(s)}, contiguous"),
-              CParam(c_ident(p.out, taken), ("out", p.out), p.y,
-                     doc=f"{p.y.name}, the shape of {x.name}, contiguous")]
+    x = next(t for t in p.inputs if t.name == p.x_name)
+    params = [CParam(c_ident(t.name, taken), ("in", t.name), t.dtype, True, doc=f"{_shape_str(t)}, contiguous")
+              for t in p.inputs]
+    params.append(CParam(c_ident(p.out, taken), ("out", p.out), p.y,
+                         doc=f"{p.y.name}, the shape of {x.name}, contiguous"))
+    if p.residual:
+        params.append(CParam(c_ident(p.sum_output, taken), ("out", p.sum_output), p.x,
+                             doc=f"{p.x.name}, {x.name} + {p.residual}: the shape of {x.name}, contiguous, "
+                             f"may equal {p.residual} (in place)"))
     for sym in symbols(p):
         params.append(_dim(sym, taken))
     params.append(_threads(taken))

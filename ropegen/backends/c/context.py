@@ -105,7 +105,8 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
             out=_name(params, "out", s.out), src=_name(params, "in", s.src), rotate=s.rotate,
             src_strides=_token_strides(p, params, s.src), out_strides=_token_strides(p, params, s.out),
             src_head=_name(params, "stride", s.src, "h"), out_head=_name(params, "stride", s.out, "h"),
-            heads=t.real_heads, split=t.unit_split, name=s.out, source=s.src))
+            heads=t.real_heads, split=t.unit_split, name=s.out, source=s.src,
+            norm=_norm_context(p, s, params, len(streams))))
 
     pos = p.positions
     per_token = sum(t.real_heads * p.head_dim * t.dtype.itemsize for t in (tensors[s.src] for s in p.streams))
@@ -143,6 +144,22 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     return ctx
 
 
+def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any] | None:
+    """The C words of a stream's per-head rmsnorm (templates/c/_head_norm.inc.j2); None without one."""
+    n = s.norm
+    if n is None:
+        return None
+    st, stash, prod = p.storage.name, n.stash.name, n.product.name
+    return dict(
+        fn=f"rg_head_norm{k}", src=s.src, weight=_name(params, "in", n.weight), weight_name=n.weight,
+        wt=facts.element(n.weight_dtype), storage=st, stash_t=facts.ARITH[stash], prod_t=facts.ARITH[prod],
+        load_stash=facts.load(st, stash), store_stash=facts.store(stash, st), load_prod=facts.load(st, prod),
+        load_w=facts.load(n.weight_dtype.name, prod), store_prod=facts.store(prod, st), sqrt=facts.SQRT[stash],
+        n_literal=facts.LITERAL[stash](float(p.head_dim)), epsilon=facts.LITERAL[stash](n.epsilon_stash),
+        offset=facts.LITERAL[prod](n.weight_offset) if n.weight_offset else "",
+        before_scale=n.cast == "before_scale", tail=p.head_dim // 16 * 16)
+
+
 # ---------------------------------------------------------------------------------------------
 # RMSNorm
 
@@ -155,21 +172,28 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     stash = p.stash.name
     product = rms_product_name(p)
     lanes = 8 if stash == "f64" else 16
+    before = p.cast == "before_scale"
     # the fast row path (see rmsnorm.c.j2): bf16 roundings without their NaN select, where the
-    # rounding is rg_f32_to_bf16 of a float (stash / product f32)
-    norm_carry = (p.x.name, stash, product) == ("bf16", "f32", "f32")
+    # rounding is rg_f32_to_bf16 of a float (stash / product f32); after_scale rounds no normalized value
+    norm_carry = before and (p.x.name, stash, product) == ("bf16", "f32", "f32")
     y_carry = (p.y.name, product) == ("bf16", "f32")
     padded = p.padded_scale_shape
     full_scale = all(st != 0 for st in p.scale_strides) and padded == p.norm_shape
     literal = facts.LITERAL[stash]
     return dict(
         fn=function_name(p), guard=p.name.upper(), params=params, flags=cbuild.PINNED_FLAGS,
-        x=params[0].c_name, scale=params[1].c_name, y=params[2].c_name,
+        x=_name(params, "in", p.x_name), scale=_name(params, "in", p.scale_name),
+        y=_name(params, "out", p.out),
+        residual=_name(params, "in", p.residual) if p.residual else "",
+        h=_name(params, "out", p.sum_output) if p.residual else "",
+        storage=p.residual_add == "storage", before_scale=before,
         xt=facts.element(p.x), scalet=facts.element(p.scale), yt=facts.element(p.y),
         stash_t=facts.ARITH[stash], product_t=facts.ARITH[product],
         load_x=facts.load(p.x.name, stash), store_norm=facts.store(stash, p.x.name),
         load_norm=facts.load(p.x.name, product), load_scale=facts.load(p.scale.name, product),
-        store_y=facts.store(product, p.y.name),
+        store_y=facts.store(product, p.y.name), store_h=facts.store(stash, p.x.name),
+        to_product=facts.store(stash, product),
+        weight_offset=facts.LITERAL[product](p.weight_offset) if p.weight_offset else "",
         epsilon=literal(p.epsilon_stash), n_literal=literal(float(p.norm_size)),
         rows=[_size(a.size, params) for a in p.ir.x.axes[:p.axis]],
         lanes=lanes, block=lanes * 64, fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
