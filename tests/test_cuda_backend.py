@@ -263,8 +263,9 @@ def test_launch_covers_every_token_tile_and_head(op):
                 L = cuda_plan.rope_launch(cfg, k, tokens, n_seq)
                 threads = L.grid[0] * L.block[0]
                 assert L.block == (cfg.block, 1, 1) and cfg.block % 32 == 0 and cfg.block <= 1024
-                assert threads >= tokens * k.n_tiles and threads >= n_seq and L.grid[0] >= 1
-                assert threads - max(tokens * k.n_tiles, n_seq, 1) < cfg.block     # no empty block
+                # a thread per tile of a token, or (a whole-head kernel) per token of each real head
+                assert threads >= tokens * k.threads_per_token and threads >= n_seq and L.grid[0] >= 1
+                assert threads - max(tokens * k.threads_per_token, n_seq, 1) < cfg.block     # no empty block
                 g = L.head_groups
                 assert L.grid[1] == g and 1 <= g <= max(1, cfg.total_heads)
                 # the kernel's integer split of the global head numbering: a partition
@@ -417,6 +418,8 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dsub_rn(double a, double b) { return a - b; }
@@ -463,8 +466,6 @@ static inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
     g_warp_barriers[t / 32]->arrive_and_wait();
     return r;
 }
-static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-static inline double __dsqrt_rn(double a) { return std::sqrt(a); }
 """
 
 
@@ -784,8 +785,12 @@ def test_rmsnorm_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch)
     p = op.plan
     arrays = make_inputs(op.ir, CASES[1], seed=6)
     ref = reference.evaluate(op.ir, arrays)[p.out]
-    x, scale = arrays[p.inputs[0].name], arrays[p.inputs[1].name]
-    dtype = min((p.x, p.scale), key=lambda d: d.mantissa_bits)
+    x = arrays[p.x_name]
+    dtype = min((p.x, p.scale, p.y), key=lambda d: d.mantissa_bits)
+
+    def args(xv):   # every input in declaration order, x replaced by the view (the residual by a copy)
+        return [cp.ndarray(xv if n == p.x_name else arrays[n].copy() if n == p.residual else arrays[n])
+                for n in op.inputs]
     mag = float(np.abs(x.astype(np.float64)).max())
     # rows spaced out (vector kernel, row stride 2N) and a misaligned start (scalar kernel)
     spaced = np.zeros((2 * x.size + 8,), dtype=x.dtype)
@@ -798,11 +803,11 @@ def test_rmsnorm_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch)
     for arr in (view.reshape(x.shape) if x.ndim == 2 else None, shifted):
         if arr is None:
             continue
-        out = op.run(cp.ndarray(arr), cp.ndarray(scale), backend="cuda")
+        out = op.run_all(*args(arr), backend="cuda")[0]
         assert compare(out.a, ref, dtype, mag)[2]
     if x.ndim == 2 and x.shape[0] > 1 and p.norm_size > 1:
         with pytest.raises(ValueError, match="contiguous"):
-            op.run(cp.ndarray(np.asfortranarray(x)), cp.ndarray(scale), backend="cuda")
+            op.run(*args(np.asfortranarray(x)), backend="cuda")
 
 
 # Branches of the templates that no example takes: f64 arithmetic, f64 storage, fast trig in both

@@ -188,15 +188,16 @@ class RopeRunner:
         return call.returned()
 
 
-def row_stride(p: RmsNormPlan, xa: DeviceArray) -> int:
-    """The one element stride between rows of x; ValueError when its layout has none."""
+def row_stride(p: RmsNormPlan, a: DeviceArray, name: str) -> int:
+    """The one element stride between the rows of array `name` (x, the residual, y or h: each
+    indexed by rows of the normalized axes); ValueError when its layout has none."""
     inner = len(p.norm_shape)
-    if 0 in xa.shape:
+    if 0 in a.shape:
         return p.norm_size   # no rows: no layout to read
-    if xa.strides[len(xa.shape) - inner:] != c_strides(xa.shape[len(xa.shape) - inner:]) and p.norm_size > 1:
-        raise ValueError(f"{p.inputs[0].name}: the normalized axes must be C-contiguous")
-    outer_shape = xa.shape[:len(xa.shape) - inner]
-    outer_strides = xa.strides[:len(xa.shape) - inner]
+    if a.strides[len(a.shape) - inner:] != c_strides(a.shape[len(a.shape) - inner:]) and p.norm_size > 1:
+        raise ValueError(f"{name}: the normalized axes must be C-contiguous")
+    outer_shape = a.shape[:len(a.shape) - inner]
+    outer_strides = a.strides[:len(a.shape) - inner]
     # outer axes must collapse to one row stride
     stride = p.norm_size
     kept = [(n, s) for n, s in zip(outer_shape, outer_strides) if n != 1]
@@ -205,34 +206,40 @@ def row_stride(p: RmsNormPlan, xa: DeviceArray) -> int:
         acc = stride
         for n, s in reversed(kept):
             if s != acc:
-                raise ValueError(f"{p.inputs[0].name}: rows must be evenly spaced (make it contiguous)")
+                raise ValueError(f"{name}: rows must be evenly spaced (make it contiguous)")
             acc *= n
     return stride
 
 
 class RmsRunner:
-    """An RMSNorm operator on a GPU target (the arguments as RopeRunner's)."""
+    """An RMSNorm operator on a GPU target (the arguments as RopeRunner's). The call takes the
+    operator's inputs in declaration order and returns y (and h, with a residual)."""
 
     def __init__(self, plan: RmsNormPlan, cfg: RmsCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
 
-    def __call__(self, x, scale, *, check: bool = True, inplace: bool = False, out=None, stream=None,
-                 **options):
+    def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None, **options):
         p, cfg = self.p, self.cfg
         _no_options(options, self.kernel_word)
         mem = self.memory(stream)
-        call = host.bind(p, mem, RULES, (x, scale), out=out, inplace=inplace)
-        xa, sa = call.inputs[p.inputs[0].name], call.inputs[p.inputs[1].name]
+        if inplace and not getattr(mem, "writes_back", False) and any(isinstance(a, np.ndarray) for a in arrays):
+            raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
+        call = host.bind(p, mem, RULES, arrays, out=out, inplace=inplace)
+        xa, sa = call.inputs[p.x_name], call.inputs[p.scale_name]
         if not sa.c_contiguous:
-            raise ValueError(f"{p.inputs[1].name}: the scale must be C-contiguous")
-        x_stride = row_stride(p, xa)
+            raise ValueError(f"{p.scale_name}: the scale must be C-contiguous")
+        # every row-indexed array with its own row stride: y may be x itself (in place), h the residual
+        rowed = [(p.x_name, xa)]
+        if p.residual:
+            rowed.append((p.residual, call.inputs[p.residual]))
+        rowed += [(f"out {o}", call.outputs[o]) for o in p.outputs]
+        strides = [row_stride(p, a, name) for name, a in rowed]
         outer_shape = xa.shape[:len(xa.shape) - len(p.norm_shape)]
         rows = int(np.prod(outer_shape)) if outer_shape else 1
-        ya = call.outputs[p.out]
-        k = cfg.vec if rms_vector_ok(cfg.vec, [(xa.ptr, xa.itemsize), (ya.ptr, ya.itemsize)],
-                                     [x_stride, p.norm_size]) else cfg.scalar
-        args = call.values(k.params, launch={"rows": rows, "x_row_stride": x_stride, "y_row_stride": p.norm_size})
+        k = cfg.vec if rms_vector_ok(cfg.vec, [(a.ptr, a.itemsize) for _, a in rowed], strides) else cfg.scalar
+        roles = ("x", "r", "y", "h") if p.residual else ("x", "y")
+        args = call.values(k.params, launch={"rows": rows, **{f"{r}_row_stride": s for r, s in zip(roles, strides)}})
         if rows:
             self.launch(mem, k, rms_launch(k, rows), args)
         return call.returned()

@@ -3,16 +3,16 @@
 # Do not edit: change the spec and run `ropegen compile` again.
 """RMSNormalization operator 'rms_bf16_stash_f64' for NumPy (no other dependency).
 
-    y = x / sqrt(mean(x^2 over axes 1..1) + 1e-06) * scale
+    y = x / sqrt(mean(x^2 over axes 1..1) + 1e-06) * (scale)
 
-Stage one (mean square, reciprocal root, normalize) runs in f64 and is rounded back to
-bf16; the scale multiply runs in f32 and is stored as bf16.
+Stage one (mean square, reciprocal root, normalize) runs in f64 and is rounded back to bf16;
+the scale multiply runs in f32 and is stored as bf16.
 Inputs: x: bf16[T, 128], scale: bf16[128].
 """
 import numpy as np
 
-INPUTS = ("x", "scale")
-OUTPUTS = ("y",)
+INPUTS = ("x", "scale", )
+OUTPUTS = ("y", )
 _N = 128
 _EPSILON = 1e-06
 _ROWS_PER_STEP = 320
@@ -39,17 +39,18 @@ def _take(_sym, name, a, dtype, dims):
 
 
 def run(x, scale, *, check=True):
-    """Normalize; returns y with the shape of x and the dtype of scale."""
+    """Normalize; returns (y, ) with the shape of x."""
     _sym = {}
     _t_x = _take(_sym, "x", x, "bfloat16", ("T", 128, ))
     _t_scale = _take(_sym, "scale", scale, "bfloat16", (128, ))
     x = _t_x.reshape(-1, _N)
     scale = np.broadcast_to(_t_scale.reshape((128,)), (128,)).reshape(_N).astype(np.float32)
-    y = np.empty(x.shape, dtype=_t_scale.dtype)
+    y = np.empty(x.shape, dtype=_t_x.dtype)
     for r0 in range(0, x.shape[0], _ROWS_PER_STEP):
-        xs = x[r0:r0 + _ROWS_PER_STEP].astype(np.float64)
+        rows = slice(r0, r0 + _ROWS_PER_STEP)
+        xs = x[rows].astype(np.float64)
         mean_square = np.einsum("ij,ij->i", xs, xs) / np.float64(_N)
         inv_rms = np.float64(1) / np.sqrt(mean_square + np.float64(_EPSILON))
         normalized = (xs * inv_rms[:, None]).astype(_t_x.dtype)
-        y[r0:r0 + _ROWS_PER_STEP] = normalized.astype(np.float32) * scale
+        y[rows] = normalized.astype(np.float32) * scale
     return (y.reshape(_t_x.shape),)

@@ -3,16 +3,16 @@
 # Do not edit: change the spec and run `ropegen compile` again.
 """RMSNormalization operator 'rms_last_axis' for NumPy (no other dependency).
 
-    y = x / sqrt(mean(x^2 over axes 1..1) + 1e-05) * scale
+    y = x / sqrt(mean(x^2 over axes 1..1) + 1e-05) * (scale)
 
-Stage one (mean square, reciprocal root, normalize) runs in f32 and is rounded back to
-f32; the scale multiply runs in f32 and is stored as f32.
+Stage one (mean square, reciprocal root, normalize) runs in f32 and is rounded back to f32;
+the scale multiply runs in f32 and is stored as f32.
 Inputs: x: f32[N, 4096], scale: f32[4096].
 """
 import numpy as np
 
-INPUTS = ("x", "scale")
-OUTPUTS = ("y",)
+INPUTS = ("x", "scale", )
+OUTPUTS = ("y", )
 _N = 4096
 _EPSILON = 1e-05
 _ROWS_PER_STEP = 10
@@ -39,17 +39,18 @@ def _take(_sym, name, a, dtype, dims):
 
 
 def run(x, scale, *, check=True):
-    """Normalize; returns y with the shape of x and the dtype of scale."""
+    """Normalize; returns (y, ) with the shape of x."""
     _sym = {}
     _t_x = _take(_sym, "x", x, "float32", ("N", 4096, ))
     _t_scale = _take(_sym, "scale", scale, "float32", (4096, ))
     x = _t_x.reshape(-1, _N)
     scale = np.broadcast_to(_t_scale.reshape((4096,)), (4096,)).reshape(_N).astype(np.float32)
-    y = np.empty(x.shape, dtype=_t_scale.dtype)
+    y = np.empty(x.shape, dtype=_t_x.dtype)
     for r0 in range(0, x.shape[0], _ROWS_PER_STEP):
-        xs = x[r0:r0 + _ROWS_PER_STEP].astype(np.float32)
+        rows = slice(r0, r0 + _ROWS_PER_STEP)
+        xs = x[rows].astype(np.float32)
         mean_square = np.einsum("ij,ij->i", xs, xs) / np.float32(_N)
         inv_rms = np.float32(1) / np.sqrt(mean_square + np.float32(_EPSILON))
         normalized = (xs * inv_rms[:, None]).astype(_t_x.dtype)
-        y[r0:r0 + _ROWS_PER_STEP] = normalized.astype(np.float32) * scale
+        y[rows] = normalized.astype(np.float32) * scale
     return (y.reshape(_t_x.shape),)

@@ -3,16 +3,16 @@
 # Do not edit: change the spec and run `ropegen compile` again.
 """RMSNormalization operator 'rms_mixed_types' for NumPy (no other dependency).
 
-    y = x / sqrt(mean(x^2 over axes 1..1) + 1e-05) * scale
+    y = x / sqrt(mean(x^2 over axes 1..1) + 1e-05) * (scale)
 
-Stage one (mean square, reciprocal root, normalize) runs in f32 and is rounded back to
-f16; the scale multiply runs in f32 and is stored as f32.
+Stage one (mean square, reciprocal root, normalize) runs in f32 and is rounded back to f16;
+the scale multiply runs in f32 and is stored as f32.
 Inputs: x: f16[T, 64], scale: f32[64].
 """
 import numpy as np
 
-INPUTS = ("x", "scale")
-OUTPUTS = ("y",)
+INPUTS = ("x", "scale", )
+OUTPUTS = ("y", )
 _N = 64
 _EPSILON = 1e-05
 _ROWS_PER_STEP = 640
@@ -39,7 +39,7 @@ def _take(_sym, name, a, dtype, dims):
 
 
 def run(x, scale, *, check=True):
-    """Normalize; returns y with the shape of x and the dtype of scale."""
+    """Normalize; returns (y, ) with the shape of x."""
     _sym = {}
     _t_x = _take(_sym, "x", x, "float16", ("T", 64, ))
     _t_scale = _take(_sym, "scale", scale, "float32", (64, ))
@@ -47,9 +47,10 @@ def run(x, scale, *, check=True):
     scale = np.broadcast_to(_t_scale.reshape((64,)), (64,)).reshape(_N).astype(np.float32)
     y = np.empty(x.shape, dtype=_t_scale.dtype)
     for r0 in range(0, x.shape[0], _ROWS_PER_STEP):
-        xs = x[r0:r0 + _ROWS_PER_STEP].astype(np.float32)
+        rows = slice(r0, r0 + _ROWS_PER_STEP)
+        xs = x[rows].astype(np.float32)
         mean_square = np.einsum("ij,ij->i", xs, xs) / np.float32(_N)
         inv_rms = np.float32(1) / np.sqrt(mean_square + np.float32(_EPSILON))
         normalized = (xs * inv_rms[:, None]).astype(_t_x.dtype)
-        y[r0:r0 + _ROWS_PER_STEP] = normalized.astype(np.float32) * scale
+        y[rows] = normalized.astype(np.float32) * scale
     return (y.reshape(_t_x.shape),)

@@ -23,7 +23,8 @@ def _int(param: type[Param], name: str, source: tuple, bits: int = 64) -> Param:
 def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
                 param: type[Param] = Param) -> tuple[Param, ...]:
     """The RoPE kernel's parameters: per stream the x/y pointers and their b/s/h (scalar kernel: and d)
-    strides, then what the position and angle forms read, then the launch quantities and the error word."""
+    strides, each per-head norm weight and its stride, then what the position and angle forms read,
+    then the launch quantities and the error word."""
     tensors = {t.name: t for t in p.inputs}
     ps: list[Param] = []
     roles = ("b", "s", "h", "d") if strided else ("b", "s", "h")
@@ -35,6 +36,8 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
             ps.append(_int(param, f"{s.x}_s{r}", ("stride", s.src, r)))
         for r in roles:
             ps.append(_int(param, f"{s.y}_s{r}", ("stride", s.out, r)))
+    for w in dict.fromkeys(s.norm.weight for s in p.streams if s.norm):   # per-head rmsnorm weights
+        ps += [_in(param, "t_" + w, w, tensors[w].dtype), _int(param, f"t_{w}_si", ("axis_stride", w, 0))]
     pos = p.positions
 
     def lead(name: str, n: int, first: int = 0) -> list[tuple]:
@@ -99,10 +102,16 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
 
 
 def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
-    """The RMSNorm kernels' parameters: x, scale and y, the rows and the two row strides."""
-    x, scale = p.inputs[0].name, p.inputs[1].name
-    return (_in(param, "t_" + x, x, p.x), _in(param, "t_" + scale, scale, p.scale),
-            param("t_" + p.out, ("out", p.out), p.y),
-            _int(param, "n_rows", ("launch", "rows")),
-            _int(param, "x_row_stride", ("launch", "x_row_stride")),
-            _int(param, "y_row_stride", ("launch", "y_row_stride")))
+    """The RMSNorm kernels' parameters: x[, residual], scale, y[, h], the rows and each row-indexed
+    array's row stride (x, residual, y, h: each may be spaced out, and y or h may be in place)."""
+    x, scale, res, h = p.x_name, p.scale_name, p.residual, p.sum_output
+    ps = [_in(param, "t_" + x, x, p.x)]
+    if res:
+        ps.append(_in(param, "t_" + res, res, p.x))
+    ps += [_in(param, "t_" + scale, scale, p.scale), param("t_" + p.out, ("out", p.out), p.y)]
+    if h:
+        ps.append(param("t_" + h, ("out", h), p.x))
+    ps.append(_int(param, "n_rows", ("launch", "rows")))
+    roles = ("x", "r", "y", "h") if res else ("x", "y")
+    ps += [_int(param, f"{r}_row_stride", ("launch", f"{r}_row_stride")) for r in roles]
+    return tuple(ps)

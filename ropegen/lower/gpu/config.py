@@ -30,6 +30,9 @@ ERR_SEQUENCES = int(Status.ESEQUENCES)
 INV_TWO_PI = exact.f64(1 / (2 * exact.pi()))                       # 1 / (2 pi), the nearest double
 INV_TWO_PI_LO = exact.f64(1 / (2 * exact.pi()) - exact.real(INV_TWO_PI))   # and the rest of it
 TWO_PI = exact.f64(2 * exact.pi())
+# A per-head norm sums its squares into this many partial sums, then a pairwise tree: the C
+# kernel's order (templates/c/_head_norm.inc.j2), so a head's inv_rms is the C kernel's to the bit.
+NORM_LANES = 16
 
 
 class AngleMode(enum.Enum):
@@ -96,6 +99,13 @@ class RopeCfg:
     start: PosScalar       # arange / glm2d scalars
     first: PosScalar
     pad: PosScalar
+    split: int = 1         # rotation units per real head (the same in every stream: one head_dim)
+    real_heads: int = 0    # real heads of all streams together
+    norm_tail: int = 0     # a per-head norm's elements summed after the full rounds of NORM_LANES
+
+    norm_rest: int = 0     # head_dim % NORM_LANES
+    norm_lanes = NORM_LANES
+    norm_tree = tuple(NORM_LANES >> k for k in range(1, NORM_LANES.bit_length()))   # 8, 4, 2, 1
 
     @property
     def kernels(self) -> tuple[RopeKernel, ...]:
@@ -139,9 +149,12 @@ def rope_cfg(p: RopePlan, param: type[Param] = Param) -> RopeCfg:
         round_storage=p.compute_storage_rounding and p.storage.name in ("f16", "bf16"),
         angle_mode=mode, rows=rows, sincos=sincos,
         streams=streams, total_heads=streams[-1].last if streams else 0,
-        block=gpu.ROPE_BLOCK, min_blocks=gpu.ROPE_MIN_BLOCKS, vec=vec, scalar=scal, consts=consts,
+        block=gpu.ROPE_BLOCK, vec=vec, scalar=scal, consts=consts,
+        min_blocks=gpu.ROPE_MIN_BLOCKS_WHOLE_HEAD if vec.whole_head else gpu.ROPE_MIN_BLOCKS,
         start=_scalar(p.positions.start), first=_scalar(p.positions.first_seqlen),
-        pad=_scalar(p.positions.pad))
+        pad=_scalar(p.positions.pad), split=p.head_dim // p.unit,
+        real_heads=sum(s.heads for s in streams) // (p.head_dim // p.unit),
+        norm_tail=p.head_dim - p.head_dim % NORM_LANES, norm_rest=p.head_dim % NORM_LANES)
 
 
 @dataclass(frozen=True)

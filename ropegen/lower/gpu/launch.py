@@ -13,10 +13,14 @@ from ropegen.lower.abi import Param
 from ropegen.lower.gpu.tiles import (VECTOR_BYTES, TileGroup, acc_registers, element_map, group_tiles,
                                      scalar_tiles, tiles, vector_width)
 from ropegen.ops.plan import RmsNormPlan, RopePlan
+from ropegen.ops.rope.head_norm import HeadNormPlan
 
 ROPE_BLOCK = 256           # threads per block of the RoPE kernels
 ROPE_MIN_BLOCKS = 4        # __launch_bounds__(256, 4): at most 64 registers, half of an SM's threads
 ROPE_REGISTERS = 65536 // (ROPE_BLOCK * ROPE_MIN_BLOCKS)
+# a whole-head kernel (a stream normalized per head: one thread runs every tile of a head, after the
+# head's sum of squares) holds more live values: (256, 2) lets it have 128 registers instead of spilling
+ROPE_MIN_BLOCKS_WHOLE_HEAD = 2
 ROPE_FIXED_REGISTERS = 44  # indices, pointers, strides, loop state (from ptxas -v)
 MAX_HEAD_BATCH = 4         # head units whose loads are issued before any store (memory parallelism)
 # Resident threads wanted in flight: about half of an H100's 132 SMs x 2048 threads. Fewer
@@ -42,6 +46,11 @@ class HeadStream:
     last: int
     x: str                 # identifiers of the input and output pointers
     y: str
+    norm: HeadNormPlan | None = None   # the per-head rmsnorm before the rotation
+
+    @property
+    def real_heads(self) -> int:
+        return self.heads // self.split
 
 
 def head_streams(p: RopePlan) -> tuple[HeadStream, ...]:
@@ -52,7 +61,7 @@ def head_streams(p: RopePlan) -> tuple[HeadStream, ...]:
         t = tensors[s.src]
         assert t.heads is not None
         out.append(HeadStream(s.out, s.src, s.rotate, t.heads, t.unit_split, first, first + t.heads,
-                              f"x_{s.out}", f"y_{s.out}"))
+                              f"x_{s.out}", f"y_{s.out}", s.norm))
         first += t.heads
     return tuple(out)
 
@@ -65,10 +74,17 @@ class RopeKernel:
     params: tuple[Param, ...]
     strided: bool          # element (head_dim) strides are parameters (scalar kernel)
     head_batch: int        # head units loaded before the first store
+    # one thread runs every tile of its token's heads (an operator with a per-head norm: each
+    # head's sum of squares is read before any of it is stored, so in place is race-free)
+    whole_head: bool = False
 
     @property
     def n_tiles(self) -> int:
         return self.groups[-1].end
+
+    @property
+    def threads_per_token(self) -> int:
+        return 1 if self.whole_head else self.n_tiles
 
     @property
     def batched(self) -> bool:
@@ -99,9 +115,10 @@ def rope_kernels(p: RopePlan, vec_params: tuple[Param, ...], scalar_params: tupl
     time, never a spill)."""
     v = vector_width(p)
     vec_groups = group_tiles(tiles(element_map(p), v))  # type: ignore[arg-type]
+    whole = any(s.norm for s in p.streams)
     vec = RopeKernel(f"{p.name}_vec", v, vec_groups, vec_params, False,
-                     head_batch(vec_groups, v, p.storage.itemsize, acc_registers(p)))
-    scal = RopeKernel(f"{p.name}_scalar", 1, group_tiles(scalar_tiles(p)), scalar_params, True, 1)
+                     head_batch(vec_groups, v, p.storage.itemsize, acc_registers(p)), whole)
+    scal = RopeKernel(f"{p.name}_scalar", 1, group_tiles(scalar_tiles(p)), scalar_params, True, 1, whole)
     return vec, scal
 
 
@@ -113,8 +130,11 @@ class Launch:
 
 
 def head_groups(cfg, kernel: RopeKernel, tokens: int) -> int:
-    """Split the heads of a token over several threads only when tokens alone leave the GPU idle."""
-    threads = max(1, tokens * kernel.n_tiles)
+    """Split the heads of a token over several threads only when tokens alone leave the GPU idle
+    (a whole-head kernel always gives each thread one real head: gpu/_head_norm.inc.j2)."""
+    if kernel.whole_head:
+        return max(1, cfg.real_heads)
+    threads = max(1, tokens * kernel.threads_per_token)
     most = max(1, min(MAX_HEAD_GROUPS, cfg.total_heads // kernel.head_batch))
     return max(1, min(most, -(-TARGET_THREADS // threads)))
 
@@ -123,7 +143,7 @@ def rope_launch(cfg, kernel: RopeKernel, tokens: int, n_seq: int = 0) -> Launch:
     """Grid and block for `tokens` tokens (and `n_seq` sequence lengths to validate); `cfg` is a
     target's RoPE configuration (its `total_heads` and `block`)."""
     groups = head_groups(cfg, kernel, tokens)
-    threads = max(tokens * kernel.n_tiles, n_seq, 1)
+    threads = max(tokens * kernel.threads_per_token, n_seq, 1)
     blocks = -(-threads // cfg.block)
     if blocks > 2**31 - 1:
         raise ValueError(f"{tokens} tokens need {blocks} thread blocks, more than a grid holds")
@@ -162,7 +182,11 @@ def rms_kernel(p: RmsNormPlan, name: str, v: int, params: tuple[Param, ...]) -> 
     nv = p.norm_size // v
     block = min(RMS_MAX_BLOCK, max(32, 32 * -(-nv // (32 * RMS_VECTORS_PER_THREAD))))
     items = -(-nv // block)
-    return RmsKernel(name, v, block, items, items <= RMS_MAX_CACHED, params, nv, block // 32)
+    # with a residual the cache holds each element's sum in the stash type, wider than x: it may
+    # take no more registers than RMS_MAX_CACHED full vectors (without one it holds x's vectors)
+    cached = p.stash.itemsize if p.residual else p.x.itemsize
+    cache = items <= RMS_MAX_CACHED and items * v * cached <= RMS_MAX_CACHED * VECTOR_BYTES
+    return RmsKernel(name, v, block, items, cache, params, nv, block // 32)
 
 
 def rms_vector_width(p: RmsNormPlan) -> int:
@@ -179,7 +203,8 @@ def rms_launch(k: RmsKernel, rows: int) -> Launch:
 
 
 def rms_vector_ok(k: RmsKernel, pointers: list[tuple[int, int]], row_strides: list[int]) -> bool:
-    """pointers: (address, itemsize) of x and y; rows start at multiples of the row strides."""
+    """pointers: (address, itemsize) of every row-indexed array (x, y[, residual, h]); rows start
+    at multiples of the row strides."""
     if k.vector == 1:
         return False
     return all(ptr % (k.vector * size) == 0 for ptr, size in pointers) and all(s % k.vector == 0 for s in row_strides)
