@@ -63,6 +63,28 @@ class Operator:
 
     __call__ = run
 
+    def bind(self, *arrays, backend: str = "c", threads: int | None = None, out=None, inplace: bool = False):
+        """A call validated once, for callers who run the same shapes in a loop (decode).
+
+        Checks the arrays and options as run() does and returns a callable: `bound()` runs the kernel
+        on the bound arrays again (new outputs each call unless out= or inplace=True was bound);
+        `bound(*arrays)` (and `out=` when bound with out=) runs it on new arrays of the same signature,
+        i.e. the same dtype, shape and strides, alignment and, for outputs written over the caller's
+        arrays, no overlap, checked cheaply per call; any other change is a ValueError saying to bind
+        again. Positions and sequence lengths are still checked on every call. One output is returned
+        bare, several as a tuple. The C backend binds its ctypes arguments once; other backends check
+        the signature and then make the whole run() call (which checks everything, from the first call).
+        """
+        if len(arrays) != len(self.ir.inputs):
+            raise ValueError(f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
+                             f"got {len(arrays)}")
+        kernel = self.kernel(backend)
+        if hasattr(kernel, "bound_call"):
+            return kernel.bound_call(*arrays, threads=threads, out=out, inplace=inplace, bare=True)
+        given = {"threads": threads, "out": out, "inplace": inplace or None}   # only what was given
+        options = {k: v for k, v in given.items() if v is not None}
+        return _RunBound(self, backend, arrays, options)
+
     def run_all(self, *arrays, backend: str = "numpy", **options) -> tuple[np.ndarray, ...]:
         """Like run(), but always a tuple."""
         outs = self.run(*arrays, backend=backend, **options)
@@ -70,6 +92,32 @@ class Operator:
 
     def __repr__(self) -> str:
         return f"<ropegen {self.kind} '{self.name}' inputs={self.inputs} outputs={self.outputs}>"
+
+
+class _RunBound:
+    """Operator.bind for a backend without its own bound call: the signature checked, then run()."""
+
+    def __init__(self, op: Operator, backend: str, arrays: tuple, options: dict):
+        self.op, self.backend, self.options = op, backend, options
+        self.arrays = arrays
+        self.sig = [_sig(a) for a in arrays]
+
+    def __call__(self, *arrays, out=None):
+        options = self.options
+        if out is not None:
+            if "out" not in options:
+                raise ValueError(f"{self.op.name}: bound without out=; bind again (op.bind) with out=")
+            options = {**options, "out": out}
+        if arrays:
+            if len(arrays) != len(self.sig) or any(_sig(a) != s for a, s in zip(arrays, self.sig)):
+                raise ValueError(f"{self.op.name}: the arrays differ from the bound ones in count, dtype, shape "
+                                 f"or strides; bind again (op.bind) for a new signature")
+        return self.op.run(*(arrays or self.arrays), backend=self.backend, **options)
+
+
+def _sig(a) -> tuple:
+    a = a if hasattr(a, "dtype") and hasattr(a, "shape") else np.asarray(a)
+    return (str(a.dtype), tuple(a.shape), tuple(getattr(a, "strides", None) or ()))
 
 
 class _Sources:

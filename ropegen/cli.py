@@ -71,6 +71,11 @@ def cmd_check(args) -> int:
             else:
                 wanted += (b.name,)
     programs = [(spec, _load(spec)) for spec in args.spec]   # every spec error before any run
+    if wanted:   # every kernel built up front, one compiler per core, then found in the cache
+        from ropegen.crosscheck import prebuild
+        ops = [op for _, program in programs for op in program]
+        print(f"building the kernels of {len(ops)} operator(s) ...", file=sys.stderr, flush=True)
+        prebuild(ops, wanted)
     rows = []
     for spec, program in programs:
         for op in program:

@@ -116,6 +116,21 @@ def check_operator(op: Operator, backend_names: tuple[str, ...] | None = None, s
     return rows
 
 
+def prebuild(operators: list[Operator], backend_names: tuple[str, ...]) -> None:
+    """Build the kernels of many operators up front, in parallel where a backend can (the C backend
+    runs one compiler per core), so that check_operator finds them cached. Failures are not reported
+    here: check_operator reports each as that operator's row."""
+    for b in backends.BACKENDS:
+        if b.name in backend_names and hasattr(b, "prebuild") and not b.unavailable():
+            jobs = []
+            for op in operators:
+                try:
+                    jobs.append((op.plan, op.sources[b.name]))
+                except Exception:  # noqa: BLE001 - a render failure is check_operator's row to report
+                    continue
+            b.prebuild(jobs)
+
+
 NOTE_WIDTH = 100
 
 

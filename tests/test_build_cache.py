@@ -178,7 +178,8 @@ def test_compiler_writing_nothing_is_a_clear_error(cache, tmp_path, monkeypatch)
     _fake_cc(tmp_path, monkeypatch, "silent")
     with pytest.raises(cbuild.CompilerError, match="wrote nothing"):
         cbuild.build(TINY_C, "t")
-    assert list(cache.iterdir()) == []    # neither a 0-byte library nor a temporary file
+    # neither a 0-byte library nor a temporary file (probes/ holds the compiler's recorded answers)
+    assert [p for p in cache.iterdir() if p.name != "probes"] == []
 
 
 def test_library_that_will_not_load_is_rebuilt_once_then_a_clear_error(cache, tmp_path, monkeypatch):
@@ -249,7 +250,9 @@ def test_concurrent_processes_share_one_build(cache, tmp_path):
     for proc in children:
         _finish(proc)
     (lib,) = cache.glob("tiny-*.so")
-    assert sorted(p.name for p in cache.iterdir()) == [lib.name, lib.name + ".sha256"]   # no temp files
+    # no temp files, here or in the folders of recorded compiler answers and rendered sources
+    assert sorted(p.name for p in cache.iterdir() if p.is_file()) == [lib.name, lib.name + ".sha256"]
+    assert not [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
     assert _intact(lib)
 
 

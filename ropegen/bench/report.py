@@ -15,17 +15,44 @@ def _fmt_peer(rec: dict[str, Any], name: str) -> str:
     return f"{peer['gbps']:.1f} ({peer['speedup']:.1f}x)"
 
 
+# the table's short names of the yardstick copies
+_TAGS = {"memcpy": "cp", "stream": "nt", "scale": "sc"}
+
+
+def _used(y: dict[str, Any]) -> str:
+    """The copy a row was set beside (results from before the non-temporal copy name only the kind)."""
+    return y.get("used", y["kind"])
+
+
+def _fmt_copies(y: dict[str, Any]) -> str:
+    """memcpy and non-temporal copy GB/s side by side, where the row timed both."""
+    copies = y.get("copies", {})
+    if "memcpy" not in copies or "stream" not in copies:
+        return "-"
+    return f"{copies['memcpy']['gbps']:.1f} / {copies['stream']['gbps']:.1f}"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f}"
+
+
+def _fmt_bound(r: dict[str, Any]) -> str:
+    """The bound call's min time in us (decode rows: the row's own time is the whole op.run call)."""
+    bound = r.get("bound")
+    return _us(bound["time_min_s"]) if bound else "-"
+
+
 def format_results(results: list[dict[str, Any]]) -> str:
     """A table: one line per operator, shape and mode; peers as GB/s (how many times slower)."""
-    head = ("operator", "dtype", "shape", "mode", "thr", "min ms", "med ms", "MB", "GB/s", "copy GB/s",
-            "ratio") + tuple(HOST_PEERS)
+    head = ("operator", "dtype", "shape", "mode", "thr", "call", "min us", "med us", "bound us", "MB", "GB/s",
+            "copy GB/s", "cp / nt GB/s", "ratio") + tuple(HOST_PEERS)
     rows = []
     for r in results:
         rows.append((r["operator"], r["dtype"], r["shape"], r["mode"].replace("_", " "), str(r["threads"]),
-                     f"{r['time_min_s'] * 1e3:.2f}", f"{r['time_median_s'] * 1e3:.2f}",
+                     r.get("call", "bound"), _us(r["time_min_s"]), _us(r["time_median_s"]), _fmt_bound(r),
                      f"{r['bytes'] / 1e6:.1f}", f"{r['gbps']:.1f}",
-                     f"{r['yardstick']['gbps']:.1f} {'cp' if r['yardstick']['kind'] == 'memcpy' else 'sc'}",
-                     f"{r['ratio_to_copy']:.2f}") + tuple(_fmt_peer(r, name) for name in HOST_PEERS))
+                     f"{r['yardstick']['gbps']:.1f} {_TAGS.get(_used(r['yardstick']), '?')}",
+                     _fmt_copies(r['yardstick']), f"{r['ratio_to_copy']:.2f}") + tuple(_fmt_peer(r, name) for name in HOST_PEERS))
     widths = [max(len(x) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(),
              "  ".join("-" * w for w in widths)]
@@ -43,8 +70,13 @@ def format_results(results: list[dict[str, Any]]) -> str:
         lines.append("peer setup:")
         lines += [f"  {n}" for n in setups]
     lines.append("")
-    lines.append("GB/s = bytes read + written / min time; copy = memcpy (out of place) or in-place scale (sc) of the "
-                 "same bytes with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of "
-                 "ropegen over them).")
+    lines.append("call: whole = the user's op.run with NumPy arrays, timed as a whole (decode sizes, where the "
+                 "Python call is what a user feels; onnxruntime: its whole session.run), the bound call "
+                 "(op.bind) beside it; bound = the pre-bound kernel call (ggml: a pre-built graph compute, "
+                 "always).")
+    lines.append("GB/s = bytes read + written / min time; copy = the faster of memcpy (cp) and a non-temporal copy "
+                 "(nt) out of place, both timed in the run (cp / nt), or an in-place scale (sc), of the same bytes "
+                 "with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over "
+                 "them).")
     return "\n".join(lines)
 

@@ -1,12 +1,17 @@
-"""The copy yardstick of the host bench: which copy a run is measured against, and who builds it.
+"""The copy yardstick of the host bench: which copies a run is measured against, and which one it is
+set beside.
 
-Out-of-place runs are set beside a plain copy of the same bytes (half read, half written, 'memcpy');
-in-place runs beside an in-place scale over the same bytes ('scale'), with the same threads, in the same
-run: ratio = copy time / kernel time, 1.0 = copy speed. The copy itself is a target's hook
+Out-of-place runs are set beside a copy of the same bytes (half read, half written; kind 'memcpy'): the
+faster of memcpy and a non-temporal copy ('stream'), both timed interleaved with the kernel in the same
+run, since plain memcpy in 256 KiB chunks never uses streaming stores and runs well below the machine's
+copy speed. In-place runs are set beside an in-place scale over the same bytes ('scale'). Same threads;
+ratio = yardstick time / kernel time, 1.0 = copy speed. The copies themselves are a target's hook
 (`copy_yardstick` in backends/<t>/bench.py, found by ropegen.bench.targets), built like that target's
 kernels.
 """
 from __future__ import annotations
+
+from typing import Any, Callable
 
 from ropegen.bench import targets
 
@@ -14,10 +19,27 @@ KINDS = {"out_of_place": "memcpy", "in_place": "scale"}
 
 
 def kind(mode: str) -> str:
-    """The yardstick kind for a mode: 'memcpy' out of place, 'scale' in place."""
+    """The yardstick kind for a mode: 'memcpy' (a copy) out of place, 'scale' in place."""
     return KINDS[mode]
 
 
 def build(measured: str):
-    """The host copy yardstick (an object with runner(kind, nbytes, threads) -> callable)."""
+    """The host copy yardstick (an object with runner(kind, nbytes, threads) -> callable, and
+    optionally runners(kind, nbytes, threads) -> {name: callable}, every copy it has of that kind)."""
     return targets.copy_yardstick(measured)
+
+
+def runners(yard, mode: str, nbytes: int, threads: int) -> dict[str, Callable[[], Any]]:
+    """Every copy to time for a mode, by name ('memcpy' and 'stream' out of place where the target has
+    both; 'scale' in place). The calls own their buffers: keep them as long as they are called."""
+    k = kind(mode)
+    if hasattr(yard, "runners"):
+        return dict(yard.runners(k, nbytes, threads))
+    return {k: yard.runner(k, nbytes, threads)}
+
+
+def pick(mode: str, copies: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The yardstick record of a run from the stats of each copy ({name: {time_min_s, time_median_s,
+    gbps}}): the fastest copy by min time ('used'), its stats, and every copy's under 'copies'."""
+    used = min(copies, key=lambda name: copies[name]["time_min_s"])
+    return {"kind": kind(mode), "used": used, **copies[used], "copies": copies}

@@ -4,7 +4,8 @@ parameter values straight from NumPy arguments that need nothing but reading.
 `HostCall(convention, params)` works out once per loaded kernel where each parameter's value comes
 from, and remembers per signature (the shapes and strides of the arguments, and where the outputs
 come from) what depends on it alone: symbol sizes, canonical strides, output shapes, byte spans.
-Per call it reads addresses, alignment, writeability and scalars. A call that needs more than
+Per call it reads addresses, alignment, writeability and scalars (`resolve` finds the signature,
+`values` does the per-call part; backends/c/call.py's BoundCall reuses both). A call that needs more than
 reading its arguments (a copy; a wrong count, dtype or shape; an empty rotated tensor; a misaligned
 or read-only array; outputs the caller gave that come near another argument in memory, in place
 included) gets None: the caller goes through Convention.bind, so every check, copy and message
@@ -27,24 +28,31 @@ from ropegen.runtime.host import DENSE, ROTATED, SCALAR, Convention
 _NAMES = {d.np_dtype: d.name for d in DTYPES.values()}
 
 
-def _address_reader() -> Callable[[np.ndarray], int]:
-    """How to read an array's data address. `a.ctypes.data` builds a ctypes wrapper (about 1 us, a
-    good part of a decode-size call); CPython keeps NumPy's data pointer (PyArray_DATA) right after
-    the object header, so one word is read there instead, after checking that on a few arrays."""
+def _address_reader() -> tuple[Callable[[np.ndarray], int], Callable[[np.ndarray], Any]]:
+    """How to read an array's data address, as an int and as a ctypes argument. `a.ctypes.data`
+    builds a ctypes wrapper (about 1 us, a good part of a decode-size call); CPython keeps NumPy's
+    data pointer (PyArray_DATA) right after the object header, so one word is read there instead,
+    after checking that on a few arrays. As an argument, that word is handed to ctypes as a c_void_p
+    over it (read when the call converts its arguments; the caller holds the array until then)."""
+    def slow_arg(a: np.ndarray) -> ctypes.c_void_p:
+        return ctypes.c_void_p(a.ctypes.data)
     if sys.implementation.name != "cpython":
-        return lambda a: a.ctypes.data
+        return (lambda a: a.ctypes.data), slow_arg
     word, offset = ctypes.c_void_p.from_address, object.__basicsize__
 
     def read(a: np.ndarray) -> int:
         return word(id(a) + offset).value or 0
 
+    def arg(a: np.ndarray) -> ctypes.c_void_p:
+        return word(id(a) + offset)
+
     probes = [np.arange(12, dtype=np.int32), np.zeros((3, 4), dtype=np.float64)[1:, ::-2], np.zeros(0)]
     if all(read(a) == a.ctypes.data for a in probes):
-        return read
-    return lambda a: a.ctypes.data
+        return read, arg
+    return (lambda a: a.ctypes.data), slow_arg
 
 
-address = _address_reader()
+address, pointer_arg = _address_reader()
 
 
 class HostArray:
@@ -173,6 +181,13 @@ class HostCall:
     def __call__(self, arrays: Sequence, threads: Any = None, out: Any = None,
                  inplace: bool = False) -> tuple[list[int], list[np.ndarray], tuple[np.ndarray, ...]] | None:
         """(parameter values, the inputs as read, the outputs), or None: use Convention.bind."""
+        found = self.resolve(arrays, threads, out, inplace)
+        return None if found is None else self.values(*found)
+
+    def resolve(self, arrays: Sequence, threads: Any = None, out: Any = None,
+                inplace: bool = False) -> tuple | None:
+        """(inputs as read, outputs given, mode, threads, signature) of a call whose signature this
+        path takes, or None. The signature is (parameter template, output shapes, byte spans)."""
         if not self.usable or len(arrays) != len(self.inputs):
             return None
         if self.threads is not None:
@@ -218,6 +233,11 @@ class HostCall:
             self.signatures[key] = sig
         if not sig:
             return None
+        return taken, out, mode, threads, sig
+
+    def values(self, taken: list[np.ndarray], out: Sequence | None, mode: int, threads: int,
+               sig: tuple) -> tuple[list[int], list[np.ndarray], tuple[np.ndarray, ...]] | None:
+        """The per-call part: alignment, scalars, addresses, outputs, aliasing; None: use bind."""
         template, out_shapes, spans = sig
         for i in self.aligned:
             if not taken[i].flags.aligned:
@@ -244,7 +264,7 @@ class HostCall:
             for i in self.addressed:
                 addrs[i] = read(taken[i])
             out_addrs = [addrs[i] for i in self.srcs] if mode == IN_PLACE else [read(y) for y in outputs]
-            if not self._apart(spans, addrs, out_addrs, mode == IN_PLACE):
+            if not self.apart(spans, addrs, out_addrs, mode == IN_PLACE):
                 return None
             for j, i in self.ptr_in:
                 values[j] = addrs[i]
@@ -254,7 +274,7 @@ class HostCall:
             values[j] = threads
         return values, taken, outputs
 
-    def _apart(self, spans, addrs: list[int], out_addrs: list[int], in_place: bool) -> bool:
+    def apart(self, spans, addrs: list[int], out_addrs: list[int], in_place: bool) -> bool:
         """The caller's outputs share no byte with each other or with any input (in place: but
         their own sources, which they are); anything closer is for aliasing.check to judge."""
         in_spans, out_spans = spans

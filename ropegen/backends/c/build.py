@@ -2,20 +2,25 @@
 
 The compiler is $CC or `cc`. Builds are cached under $XDG_CACHE_HOME/ropegen (else ~/.cache/ropegen),
 keyed by the sources, the compiler's identity (`CC --version`) and the flags (runtime/cache.py's
-recipe, shared with the other targets' build caches). Each build goes to a temporary file in the
+recipe, shared with the other targets' build caches). The compiler's answers (`--version`, which flags
+it accepts) are kept in `probes/` there, keyed by the compiler's resolved file, its mtime and size
+and the variables that select it, for a day: a later process loads a cached kernel without running
+the compiler at all. Each build goes to a temporary file in the
 cache folder and is published with os.replace, so concurrent builds of one kernel are safe and a
 library some process has mapped is never written in place (that is SIGBUS).
 Next to each build, `<file>.sha256` holds its digest; a build whose bytes no longer match, or a
 library that will not load, is rebuilt once, then reported as a CompilerError.
 Every compiler run (the `--version` identity, the flag probes, the build) is killed after
 ROPEGEN_CC_TIMEOUT seconds when that is set (default: 60 s for `--version`, 120 s for a probe,
-600 s for a build).
+600 s for a build). build_many() builds several kernels at once, one compiler per core.
 Numerics-changing flags are pinned: ISO C11 (no GNU extensions), no FMA contraction, never
 -ffast-math. -march=native is added only when ROPEGEN_MARCH_NATIVE=1 asks for it.
 """
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import math
 import os
 import shlex
@@ -24,6 +29,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,6 +45,12 @@ SANITIZE_FLAGS: tuple[str, ...] = ("-O1", "-g", "-fsanitize=address,undefined", 
 TIMEOUT_ENV = "ROPEGEN_CC_TIMEOUT"
 # A temporary build file this old belongs to a process that died mid-build: nobody will publish it.
 _STALE_TMP_S = 24 * 3600
+# Variables that change which compiler `cc` runs or what it links: part of the probe cache's key.
+PROBE_ENV = ("CC", "COMPILER_PATH", "GCC_EXEC_PREFIX", "LIBRARY_PATH")
+# Probe answers are trusted this long: a library installed later (libgomp) is noticed within a day
+# even though the compiler's own file did not change.
+_PROBE_TTL_S = 24 * 3600
+_PROBE_FORMAT = 1
 
 
 class CompilerError(RuntimeError):
@@ -103,10 +115,69 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 @lru_cache(maxsize=None)
+def _stamp(cmd: tuple[str, ...]) -> str:
+    """What the probe cache trusts to name one compiler: its resolved file, that file's mtime and size,
+    the rest of the command and the variables that select it (a new or upgraded compiler is a new stamp)."""
+    found = shutil.which(cmd[0]) or cmd[0]
+    real = os.path.realpath(found)
+    try:
+        st = os.stat(real)
+        stat = f"{st.st_mtime_ns}:{st.st_size}"
+    except OSError:
+        stat = "?"
+    parts = [*cmd, found, real, stat, *(f"{v}={os.environ.get(v, '')}" for v in PROBE_ENV)]
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def _probe_path(stamp: str) -> Path:
+    return cache_dir() / "probes" / f"{stamp}.json"
+
+
+def _read_probes(stamp: str) -> tuple[float, dict[str, str | bool]]:
+    """When the recorded answers for one compiler stamp were first probed, and the answers; anything
+    unreadable, damaged or stale is no answer (and now)."""
+    now = time.time()
+    try:
+        data = json.loads(_probe_path(stamp).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return now, {}
+    if not (isinstance(data, dict) and data.get("format") == _PROBE_FORMAT and data.get("stamp") == stamp):
+        return now, {}
+    when, answers = data.get("time"), data.get("answers")
+    if not (isinstance(when, (int, float)) and 0 <= now - when < _PROBE_TTL_S and isinstance(answers, dict)):
+        return now, {}
+    return float(when), {k: v for k, v in answers.items() if isinstance(k, str) and isinstance(v, (str, bool))}
+
+
+def _probed(cmd: tuple[str, ...], question: str, ask):
+    """The compiler's recorded answer to `question`, else ask() it (running the compiler) and record it."""
+    stamp = _stamp(cmd)
+    _, answers = _read_probes(stamp)
+    # `--version` is answered by text, a flag by yes / no: an answer of the other type is damage
+    if isinstance(answers.get(question), str if question == "--version" else bool):
+        return answers[question]
+    answer = ask()
+    # read again: another process may have recorded other answers meanwhile (they keep their age)
+    when, answers = _read_probes(stamp)
+    answers[question] = answer
+    try:
+        path = _probe_path(stamp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"format": _PROBE_FORMAT, "stamp": stamp, "time": when, "answers": answers}
+        write_atomic(path, json.dumps(record, sort_keys=True).encode("utf-8"))
+    except OSError:
+        pass   # a read-only cache: probe again next time
+    return answer
+
+
+@lru_cache(maxsize=None)
 def _identity(cmd: tuple[str, ...]) -> str:
     _require(list(cmd))
-    r = _run([*cmd, "--version"], 60, "'--version'")
-    return (r.stdout + r.stderr).strip()
+
+    def ask() -> str:
+        r = _run([*cmd, "--version"], 60, "'--version'")
+        return (r.stdout + r.stderr).strip()
+    return _probed(cmd, "--version", ask)
 
 
 def identity() -> str:
@@ -127,11 +198,13 @@ def check_usable() -> None:
 @lru_cache(maxsize=None)
 def _supports(cmd: tuple[str, ...], flag: str) -> bool:
     """Whether the compiler accepts `flag` for a tiny C11 program."""
-    with tempfile.TemporaryDirectory(prefix="ropegen-probe-") as d:
-        src = Path(d) / "probe.c"
-        src.write_text("int main(void) { return 0; }\n", encoding="utf-8")
-        r = _run([*cmd, "-std=c11", flag, str(src), "-o", str(Path(d) / "probe")], 120, f"the {flag} probe")
-        return r.returncode == 0
+    def ask() -> bool:
+        with tempfile.TemporaryDirectory(prefix="ropegen-probe-") as d:
+            src = Path(d) / "probe.c"
+            src.write_text("int main(void) { return 0; }\n", encoding="utf-8")
+            r = _run([*cmd, "-std=c11", flag, str(src), "-o", str(Path(d) / "probe")], 120, f"the {flag} probe")
+            return r.returncode == 0
+    return bool(_probed(cmd, flag, ask))
 
 
 def openmp_flags() -> tuple[str, ...]:
@@ -195,7 +268,7 @@ def _intact(path: Path) -> bool:
     return bool(data) and cache.digest(data) == recorded
 
 
-def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -222,7 +295,7 @@ def _publish(sources: dict[str, str], flags: tuple[str, ...], path: Path) -> Non
         os.chmod(tmp, 0o755)
         # The digest goes first: whoever then sees the new build also sees its digest (a compiler
         # gives the same bytes for the same key, so a concurrent builder's digest fits as well).
-        _write_atomic(_sum_path(path), cache.digest(data).encode("ascii") + b"\n")
+        write_atomic(_sum_path(path), cache.digest(data).encode("ascii") + b"\n")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -261,6 +334,24 @@ def build(sources: dict[str, str], name: str, *, shared: bool = True, extra_flag
         _sweep(out_dir)
         _publish(sources, flags, path)
     return path
+
+
+def build_many(jobs: list[tuple[dict[str, str], str]], workers: int | None = None) -> list[Path | CompilerError]:
+    """build() of each (sources, name), several compilers at once (default: one per core); each
+    result is the built path or the CompilerError of that job. Every build still publishes by rename,
+    so a parallel build is as safe as serial ones (and two jobs of one key share the one file)."""
+    build_flags()   # the probes once, here, rather than raced by every thread
+    workers = max(1, min(len(jobs), workers or default_threads()))
+
+    def one(job: tuple[dict[str, str], str]) -> Path | CompilerError:
+        try:
+            return build(*job)
+        except CompilerError as exc:
+            return exc
+    if workers == 1:
+        return [one(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ropegen-cc") as pool:
+        return list(pool.map(one, jobs))
 
 
 _LOADED: dict[str, ctypes.CDLL] = {}
