@@ -32,12 +32,18 @@ NP_TYPES = {"f64": "np.float64", "f32": "np.float32", "f16": "np.float16",
             "i32": "np.int32", "i64": "np.int64", "u32": "np.uint32"}
 
 
+def _np_dtype(p: RmsNormPlan, d) -> str:
+    """A dtype as the module spells it: an input's (bf16 and fp8 have no NumPy name without
+    ml_dtypes), else its NumPy name, else ml_dtypes' (the module then imports ml_dtypes)."""
+    return next((f"_t_{n}.dtype" for n, t in ((p.x_name, p.x), (p.scale_name, p.scale)) if t == d),
+                NP_TYPES.get(d.name, f'np.dtype("{d.numpy}")'))
+
+
 def rms_context(p: RmsNormPlan) -> dict:
-    # the output's dtype: an input's (bf16 has no NumPy name without ml_dtypes), else its name
-    y_np = next((f"_t_{n}.dtype" for n, d in ((p.x_name, p.x), (p.scale_name, p.scale)) if d == p.y),
-                NP_TYPES.get(p.y.name, 'np.dtype("bfloat16")'))
+    y_np = _np_dtype(p, p.y)
+    unq_np = _np_dtype(p, p.y_unquantized) if p.quant_scale else ""
     return dict(
-        y_np=y_np, y_bf16=y_np == 'np.dtype("bfloat16")',
+        y_np=y_np, unq_np=unq_np, y_bf16="np.dtype(" in y_np + unq_np, max_finite=p.y.max_finite,
         product=p.product,
         product_np=NP_TYPES[p.product.name],
         stash_np=NP_TYPES[p.stash.name],
@@ -84,6 +90,9 @@ def rope_context(p: RopePlan) -> dict:
         ff_np=NP_TYPES["f32" if kind == "ggml" else "f64"],
         unit=getattr(p.angles, "length_unit", None) or "",     # run takes the call's frequency rows
         np_types=NP_TYPES,
+        # fp8 outputs: the rotated values are kept in the compute type (float32 for storage arithmetic)
+        quant_buffer="np.float64" if p.compute.name == "f64" else "np.float32",
+        per_head=any(p.ir.tensor(n).axes[0].size != 1 for n in p.quant_scales),
     )
 
 

@@ -192,6 +192,8 @@ class RopeOp:
     loc: Loc
     rotary_start: int = 0        # first rotated element of a head (a window [start, start + rotary_dim))
     sequences_indptr: bool = False   # `sequences` holds offsets [N + 1] (FlashInfer's indptr), not lengths [N]
+    out_dtype: DType | None = None   # fp8 outputs (ops/quant.py); None: each output has its source's type
+    quant_scales: tuple[str, ...] = ()   # fp8: the f32 [1] or [heads] scale input of each output, in order
 
     kind = "rope"
 
@@ -227,6 +229,7 @@ class RmsNormOp:
     cast: str = "before_scale"        # before_scale: normalized rounded to x's type, then * w (Llama, ONNX);
     #                                   after_scale: * w in the product type, rounded once (Gemma)
     y_dtype: DType | None = None      # None: the scale's type (before_scale) or x's (after_scale)
+    quant_scale: str | None = None    # fp8 y: the f32[1] input y is multiplied by (ops/quant.py)
 
     kind = "rmsnorm"
 
@@ -236,7 +239,7 @@ class RmsNormOp:
 
     @property
     def _plain(self) -> tuple[Tensor, ...]:
-        return tuple(t for t in self.inputs if t.name != self.residual)
+        return tuple(t for t in self.inputs if t.name not in (self.residual, self.quant_scale))
 
     @property
     def x(self) -> Tensor:
@@ -252,7 +255,12 @@ class RmsNormOp:
 
     @property
     def y(self) -> DType:
-        if self.y_dtype is not None:
+        return self.y_dtype if self.y_dtype is not None else self.y_unquantized
+
+    @property
+    def y_unquantized(self) -> DType:
+        """What y would be stored as without quantization: an fp8 y quantizes this rounded value."""
+        if self.y_dtype is not None and not self.y_dtype.quantized:
             return self.y_dtype
         return self.scale.dtype if self.cast == "before_scale" else self.x.dtype
 

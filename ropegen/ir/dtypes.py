@@ -23,11 +23,17 @@ class DType:
     onnx_name: str       # ONNX's spelling of the type
     dlpack: tuple[int, int]   # DLPack (type code, bits)
     torch: str           # attribute of the torch module
+    max_finite: float = 0.0    # quantized output types: the largest finite value (they saturate to it)
+
+    @property
+    def quantized(self) -> bool:
+        """An 8-bit float output type: never an input; written as saturate(round(value * scale))."""
+        return self.max_finite > 0
 
     @property
     def np_dtype(self) -> np.dtype:
-        if self.name == "bf16":
-            return np.dtype(ml_dtypes.bfloat16)
+        if self.name == "bf16" or self.quantized:
+            return np.dtype(getattr(ml_dtypes, self.numpy))
         return np.dtype(self.numpy)
 
     @property
@@ -45,10 +51,18 @@ _ROWS = (
     DType("i32", "int32", 4, False, 0, 0.0, 0.0, 6, "int32", (0, 32), "int32"),
     DType("i64", "int64", 8, False, 0, 0.0, 0.0, 7, "int64", (0, 64), "int64"),
     DType("u32", "uint32", 4, False, 0, 0.0, 0.0, 12, "uint32", (1, 32), "uint32"),
+    # fp8 outputs (OCP E4M3 "fn": no infinities, max 448; E5M2: max 57344): one unit in the last place
+    # relative, the rounding of the quantization itself
+    DType("f8e4m3", "float8_e4m3fn", 1, True, 3, 1.25e-1, 2.0 ** -9, 17, "float8e4m3fn", (10, 8), "float8_e4m3fn",
+          max_finite=448.0),
+    DType("f8e5m2", "float8_e5m2", 1, True, 2, 2.5e-1, 2.0 ** -16, 19, "float8e5m2", (12, 8), "float8_e5m2",
+          max_finite=57344.0),
 )
 
 DTYPES: dict[str, DType] = {row.name: row for row in _ROWS}
-FLOAT_NAMES = tuple(d.name for d in _ROWS if d.is_float)
+INPUT_DTYPES: dict[str, DType] = {row.name: row for row in _ROWS if not row.quantized}   # what `in` may declare
+FLOAT_NAMES = tuple(d.name for d in _ROWS if d.is_float and not d.quantized)
+QUANT_NAMES = tuple(d.name for d in _ROWS if d.quantized)
 INT_NAMES = tuple(d.name for d in _ROWS if not d.is_float)
 
 

@@ -192,7 +192,8 @@ class Output:
 
 def _rope_outputs(p) -> list[Output]:
     dtypes = {t.name: t.dtype for t in p.inputs}
-    return [Output(s.out, s.src, dtypes[s.src], True, True) for s in p.streams]
+    # fp8 outputs have another type than their sources: never written over them
+    return [Output(s.out, s.src, p.out_dtype or dtypes[s.src], p.out_dtype is None, True) for s in p.streams]
 
 
 def _rmsnorm_outputs(p) -> list[Output]:

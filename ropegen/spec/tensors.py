@@ -3,7 +3,7 @@ axes and their size limits, read into ir.Tensor before any operator kind looks a
 from __future__ import annotations
 
 from ropegen import ir
-from ropegen.ir.dtypes import DTYPES
+from ropegen.ir.dtypes import DTYPES, INPUT_DTYPES
 from ropegen.spec import ast as A
 from ropegen.spec.diagnostics import did_you_mean, Loc
 from ropegen.spec.limits import MAX_FIXED_ELEMENTS, MAX_HEAD_DIM, name_too_long
@@ -44,8 +44,11 @@ class Declarations(Reader):
 
     def tensor_type(self, inp: A.InputNode) -> ir.Tensor:
         ty = inp.type
+        if ty.dtype in DTYPES and ty.dtype not in INPUT_DTYPES:
+            self.fail("C004", f"'{ty.dtype}' is an output type only: inputs are {', '.join(INPUT_DTYPES)}",
+                      ty.dtype_loc, f"write it as an output's type: `dtype = {ty.dtype}` with `quant_scale = S`")
         if ty.dtype not in DTYPES:
-            self.fail("C004", f"unknown dtype '{ty.dtype}'", ty.dtype_loc, did_you_mean(ty.dtype, DTYPES))
+            self.fail("C004", f"unknown dtype '{ty.dtype}'", ty.dtype_loc, did_you_mean(ty.dtype, INPUT_DTYPES))
         axes = []
         roles_seen: set[ir.Role] = set()
         elements = 1   # product of the fixed extents so far

@@ -8,7 +8,8 @@ from ropegen.render import c_double, c_float
 
 # Element (storage) types as C spells them: f16 / bf16 travel as their raw uint16_t bits.
 ELEMENT = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t",
-           "i32": "int32_t", "i64": "int64_t", "u32": "uint32_t"}
+           "i32": "int32_t", "i64": "int64_t", "u32": "uint32_t",
+           "f8e4m3": "uint8_t", "f8e5m2": "uint8_t"}     # fp8 outputs travel as their bits
 
 # Arithmetic types: f16r / bf16r are floats holding values of the storage grid (compute = storage),
 # every product and sum rounded back onto it by ROUND.

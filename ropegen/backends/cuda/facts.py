@@ -12,7 +12,8 @@ from ropegen.render import c_double, c_float
 
 # The CUDA type of each dtype (f16 / bf16 as the cuda_fp16.h / cuda_bf16.h types).
 TYPES = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
-         "i32": "int", "i64": "long long", "u32": "unsigned int"}
+         "i32": "int", "i64": "long long", "u32": "unsigned int",
+         "f8e4m3": "unsigned char", "f8e5m2": "unsigned char"}     # fp8 outputs travel as their bits
 
 # Integers passed by value, by width.
 INTS = {32: "int", 64: "long long"}

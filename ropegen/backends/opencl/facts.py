@@ -14,7 +14,8 @@ from ropegen.render import c_double, c_float
 # half arithmetic without cl_khr_fp16, so the prelude converts through vload_half / vstore_half_rte
 # and bf16 by bit manipulation; cvt_<from>_<to> names the dtypes, never the C type.
 TYPES = {"f64": "double", "f32": "float", "f16": "ushort", "bf16": "ushort",
-         "i32": "int", "i64": "long", "u32": "uint"}
+         "i32": "int", "i64": "long", "u32": "uint",
+         "f8e4m3": "uchar", "f8e5m2": "uchar"}     # fp8 outputs travel as their bits
 INTS = {32: "int", 64: "long"}
 
 # The words of the shared SIMT templates (backends/cuda/facts.py says what each one is).

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from ropegen import ir
 from ropegen.ir.dtypes import DTYPES, FLOAT_NAMES
+from ropegen.ops import quant
+from ropegen.spec import ast as A
 from ropegen.spec.values import Bad
 
-SETTINGS = ("axis", "epsilon", "stash", "residual", "residual_add", "weight_offset", "cast", "dtype")
+SETTINGS = ("axis", "epsilon", "stash", "residual", "residual_add", "weight_offset", "cast", "dtype", "quant_scale")
 CASTS = ("before_scale", "after_scale")
 RESIDUAL_ADDS = ("storage", "stash")
 
@@ -17,11 +19,13 @@ def check(cx) -> ir.RmsNormOp:
         raise Bad   # reported at the declaration
     r = cx.setting("residual")
     residual = cx.ref(r.value, "residual").name if r is not None else None
-    want = 3 if residual else 2
+    q = cx.setting("quant_scale")
+    qname = cx.ref(q.value, "quant_scale").name if q is not None and isinstance(q.value, A.Word) else None
+    want = 2 + bool(residual) + bool(qname)
     if len(node.inputs) != want or len(cx.tensors) != want:
         cx.fail("C034", "rmsnorm takes x, then scale" + (", and the residual input" if residual else "")
-                + f": {want} inputs", node.name_loc)
-    plain = [t for t in cx.tensors.values() if t.name != residual]
+                + (", and the quant_scale input" if qname else "") + f": {want} inputs", node.name_loc)
+    plain = [t for t in cx.tensors.values() if t.name not in (residual, qname)]
     x, scale = plain
     cx.used.update(cx.tensors)
     n_out = 2 if residual else 1
@@ -78,8 +82,9 @@ def check(cx) -> ir.RmsNormOp:
     offset = 0.0 if wo is None else float(cx.number(wo.value, "weight_offset"))
     c = cx.setting("cast")
     cast = "before_scale" if c is None else cx.word(c.value, "cast", CASTS)
-    d = cx.setting("dtype")
-    y_dtype = None if d is None else DTYPES[cx.word(d.value, "dtype", FLOAT_NAMES)]
+    y_dtype = quant.check_dtype(cx, None)
+    scales = quant.check_scales(cx, y_dtype, [(names[0], (1,))])
     return ir.RmsNormOp(node.name, tuple(cx.tensors.values()), names[0], axis, eps, stash, node.loc,
                         residual=residual, sum_output=names[1] if residual else None,
-                        residual_add=residual_add, weight_offset=offset, cast=cast, y_dtype=y_dtype)
+                        residual_add=residual_add, weight_offset=offset, cast=cast, y_dtype=y_dtype,
+                        quant_scale=scales[0] if scales else None)

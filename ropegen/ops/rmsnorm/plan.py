@@ -41,6 +41,8 @@ class RmsNormPlan:
     weight_offset: float = 0.0     # added to the scale in the product type (Gemma: 1), as that type's value
     cast: str = "before_scale"     # before_scale: normalized rounded to x's type, then * scale;
     #                                after_scale: normalized * scale in the product type, rounded once
+    quant_scale: str | None = None     # fp8 y: y_unquantized's value * quant_scale, saturated (ops/quant.py)
+    y_unquantized: DType | None = None  # the type y is rounded to before it is quantized (else y)
 
     @property
     def last_axis(self) -> int:
@@ -78,4 +80,5 @@ def plan(op: ir.RmsNormOp, sha: str) -> RmsNormPlan:
         norm_size=int(np.prod(norm_shape)), norm_shape=norm_shape, scale_shape=sshape,
         scale_strides=tuple(strides), epsilon=op.epsilon, ir=op, x_name=x.name, scale_name=scale.name,
         residual=op.residual, sum_output=op.sum_output, residual_add=op.residual_add,
-        weight_offset=float(product.np_dtype.type(op.weight_offset)), cast=op.cast)
+        weight_offset=float(product.np_dtype.type(op.weight_offset)), cast=op.cast,
+        quant_scale=op.quant_scale, y_unquantized=op.y_unquantized)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ropegen import ir
+from ropegen.ops import quant
 
 
 def _rounded(v: np.ndarray, dtype) -> np.ndarray:
@@ -34,7 +35,12 @@ def evaluate(op: ir.RmsNormOp, arrays: dict[str, np.ndarray]) -> dict[str, np.nd
         out[op.sum_output] = _rounded(x, op.x.dtype)
         if op.residual_add == "storage":
             x = out[op.sum_output]
-    out[op.output] = normalize(x, w, op.epsilon, op.cast, op.x.dtype, tuple(range(op.axis, x.ndim)))
+    y = normalize(x, w, op.epsilon, op.cast, op.x.dtype, tuple(range(op.axis, x.ndim)))
+    if op.quant_scale:      # fp8: the value stored as y_unquantized, times the scale, saturated
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = quant.quantized(_rounded(y, op.y_unquantized), np.asarray(arrays[op.quant_scale]).reshape(()),
+                                op.y)
+    out[op.output] = y
     return out
 
 

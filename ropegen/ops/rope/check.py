@@ -3,6 +3,8 @@ settings whose forms are rows of forms/ (positions, angles and their scaling).""
 from __future__ import annotations
 
 from ropegen import ir
+from ropegen.ir.dtypes import QUANT_NAMES
+from ropegen.ops import quant
 from ropegen.ops.rope import forms
 from ropegen.ops.rope.head_norm import check_norm
 from ropegen.spec import ast as A
@@ -10,7 +12,7 @@ from ropegen.spec.diagnostics import did_you_mean
 from ropegen.spec.tensors import ROLE_NAMES
 
 SETTINGS = ("pairing", "rotary_dim", "rotary", "positions", "angles", "sequences", "direction",
-            "compute", "angle_numerics", "trig")
+            "compute", "angle_numerics", "trig", "dtype", "quant_scale")
 PAIR_WORDS = ("neox", "gptj", "block", "glm2d")
 
 
@@ -68,9 +70,15 @@ def check(cx) -> ir.RopeOp:
     if pairing.kind is ir.PairKind.BLOCK and not form.tables:
         cx.fail("C030", "block pairing reads cos/sin per element and needs `angles = table(...)`",
                 cx.settings["pairing"].loc)
+    out_dtype = quant.check_dtype(cx, None)
+    if out_dtype is not None and not out_dtype.quantized:
+        cx.fail("C030", f"rope's dtype setting names an fp8 output type ({', '.join(QUANT_NAMES)}); otherwise "
+                "each output has its source's type", cx.settings["dtype"].loc)
+    scales = quant.check_scales(cx, out_dtype, [(o.name, (1, cx.tensors[o.source].role_dim(ir.Role.HEADS).size))
+                                                for o in outputs])
     return ir.RopeOp(node.name, tuple(cx.tensors.values()), outputs, pairing, rotary_dim,
                      positions, angles, sequences, direction, compute, numerics, trig, node.loc, rotary_start,
-                     indptr)
+                     indptr, out_dtype, scales)
 
 
 def _outputs(cx) -> tuple[ir.RopeOutput, ...]:

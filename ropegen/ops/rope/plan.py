@@ -100,6 +100,8 @@ class RopePlan:
     sin_sign: int
     trig_fast: bool
     ir: ir.RopeOp
+    out_dtype: DType | None = None       # fp8 outputs: v (compute type) * scale, saturated (ops/quant.py)
+    quant_scales: tuple[str, ...] = ()   # the scale input of each stream, in stream order
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +218,7 @@ def plan(op: ir.RopeOp, sha: str) -> RopePlan:
         n_cols=n_cols, n_streams=op.positions.streams, positions=op.positions, position_dtype=pos_dtype,
         sequences=op.sequences, angles=form.plan(op, n_cols),
         sin_sign=-1 if op.direction is ir.Direction.BACKWARD else 1,
-        trig_fast=op.trig is ir.Trig.FAST, ir=op)
+        trig_fast=op.trig is ir.Trig.FAST, ir=op, out_dtype=op.out_dtype, quant_scales=op.quant_scales)
 
 
 def constants(plan: RopePlan) -> list[float]:

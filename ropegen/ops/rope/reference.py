@@ -11,6 +11,7 @@ import numpy as np
 from ropegen import ir
 from ropegen.ops.rope import forms
 from ropegen.ops.rope import reference_frequencies as frequencies
+from ropegen.ops import quant
 from ropegen.ops.rmsnorm import reference as rms_reference
 
 
@@ -363,10 +364,15 @@ def evaluate(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarr
                     xa, xb = x[:, :, :, u + ea], x[:, :, :, u + eb]
                     y[:, :, :, u + ea] = xa * cos[:, :, None, ca] - xb * sin[:, :, None, ca] * sign
                     y[:, :, :, u + eb] = xb * cos[:, :, None, cb] + xa * sin[:, :, None, cb] * sign
+        if op.quant_scales:     # fp8: the rotated value times its scale (per tensor or per head), saturated
+            scale = np.asarray(arrays[op.quant_scales[op.outputs.index(o)]]).astype(np.float64)
+            y = quant.quantized(y, scale.reshape(1, 1, -1, 1) if scale.size > 1 else scale.reshape(()),
+                                op.out_dtype)
         out[o.name] = _from_canonical(t, y, src.shape)
     return out
 
 
 def tolerance_dtype(op: ir.RopeOp):
-    """The storage type of the rotated tensors bounds the error of a kernel against this reference."""
-    return op.rotated[0].dtype
+    """The storage type of the rotated tensors (an fp8 output's type, when quantized) bounds the error
+    of a kernel against this reference."""
+    return op.out_dtype or op.rotated[0].dtype
