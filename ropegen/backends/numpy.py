@@ -43,7 +43,7 @@ def rms_context(p: RmsNormPlan) -> dict:
     y_np = _np_dtype(p, p.y)
     unq_np = _np_dtype(p, p.y_unquantized) if p.quant_scale else ""
     return dict(
-        y_np=y_np, unq_np=unq_np, y_bf16="np.dtype(" in y_np + unq_np, max_finite=p.y.max_finite,
+        y_np=y_np, unq_np=unq_np, fp8_emin=p.y.min_exponent, y_bf16="np.dtype(" in y_np + unq_np, max_finite=p.y.max_finite,
         product=p.product,
         product_np=NP_TYPES[p.product.name],
         stash_np=NP_TYPES[p.stash.name],
@@ -92,6 +92,7 @@ def rope_context(p: RopePlan) -> dict:
         np_types=NP_TYPES,
         # fp8 outputs: the rotated values are kept in the compute type (float32 for storage arithmetic)
         quant_buffer="np.float64" if p.compute.name == "f64" else "np.float32",
+        fp8_emin=p.out_dtype.min_exponent if p.out_dtype else None,
         per_head=any(p.ir.tensor(n).axes[0].size != 1 for n in p.quant_scales),
     )
 
