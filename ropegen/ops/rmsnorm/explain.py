@@ -26,6 +26,8 @@ def explain(p: RmsNormPlan, lengths: tuple[int, ...] = ()) -> str:
         + (f", rounded to {p.x.name} (cast before the scale)" if p.cast == "before_scale"
            else " (not rounded: cast after the scale)"),
         f"  stage two  * {scale} in {p.product.name} (broadcast {list(p.scale_shape)} -> {list(p.norm_shape)}), "
-        f"stored as {p.y.name}",
+        f"stored as {p.y_unquantized.name}" + (f", then * {p.quant_scale} in f32, rounded to {p.y.name} "
+                                                f"(nearest even, saturated to +-{p.y.max_finite:g})"
+                                                if p.quant_scale else ""),
     ]
     return "\n".join(lines)

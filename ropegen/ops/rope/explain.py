@@ -45,6 +45,10 @@ def explain(p: RopePlan, lengths: tuple[int, ...] = ()) -> str:
                                                       if p.compute_storage_rounding else "")
                  + f", storage {p.storage.name}")
     lines.append(f"  direction  {'backward (sin negated)' if p.sin_sign < 0 else 'forward'}")
+    if p.out_dtype is not None:
+        lines.append(f"  quantize   outputs {p.out_dtype.name}: value in {p.compute.name} * "
+                     + ", ".join(f"{s.out}: {q}" for s, q in zip(p.streams, p.quant_scales))
+                     + f", rounded to nearest even, saturated to +-{p.out_dtype.max_finite:g}")
     lines += _ANGLES[p.angles.kind](p.angles)
     if isinstance(op.angles, ir.ComputedAngles):
         dim = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
