@@ -101,10 +101,15 @@ def rope_abi(p: RopePlan) -> list[CParam]:
             params.append(CParam(names[t.name], ("scalar", t.name), doc=f"the value of {t.name} ({t.dtype.name})"))
         else:
             params.append(CParam(names[t.name], ("in", t.name), t.dtype, True, doc=f"{_shape_str(t)}, contiguous"))
-    for s in p.streams:
+    for k, s in enumerate(p.streams):
         what = "rotated" if s.rotate else "copied"
-        params.append(CParam(outs[s.out], ("out", s.out), p.storage,
-                             doc=f"{what} {s.src}: the shape of {s.src}, may equal it (in place)"))
+        if p.out_dtype is not None:     # fp8: another type than the source's, so never in place
+            params.append(CParam(outs[s.out], ("out", s.out), p.out_dtype,
+                                 doc=f"{what} {s.src} times {p.quant_scales[k]}, as {p.out_dtype.name}: "
+                                 f"the shape of {s.src}"))
+        else:
+            params.append(CParam(outs[s.out], ("out", s.out), p.storage,
+                                 doc=f"{what} {s.src}: the shape of {s.src}, may equal it (in place)"))
         strides(s.out, outs[s.out])
     for s, c in syms.items():
         params.append(CParam(c, ("dim", s), doc=f"the size {s}"))

@@ -106,7 +106,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
             src_strides=_token_strides(p, params, s.src), out_strides=_token_strides(p, params, s.out),
             src_head=_name(params, "stride", s.src, "h"), out_head=_name(params, "stride", s.out, "h"),
             heads=t.real_heads, split=t.unit_split, name=s.out, source=s.src,
-            norm=_norm_context(p, s, params, len(streams))))
+            norm=_norm_context(p, s, params, len(streams)), **_stream_scale(p, params, len(streams))))
 
     pos = p.positions
     per_token = sum(t.real_heads * p.head_dim * t.dtype.itemsize for t in (tensors[s.src] for s in p.streams))
@@ -133,7 +133,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         noffsets=_size(p.ir.tensor(pos.offsets).axes[0].size, params) if pos.offsets else None,
         sin_negate=p.sin_sign < 0,
         chunk_tokens=max(1, CHUNK_BYTES // max(1, per_token)),
-        stream_min_tokens=_stream_min(p.storage, per_token),
+        stream_min_tokens=_stream_min(p.out_dtype or p.storage, per_token),
         angles_kind=kind,
         freq=_name(params, "freq") if getattr(p.angles, "length_unit", None) else "",
         ff=_name(params, "in", ff) if ff else "",
@@ -141,7 +141,26 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         load_ff=facts.load(tensors[ff].dtype.name, ff_arith) if ff else "",
     )
     ctx.update(angles(p, p.angles, arith, params))
+    ctx.update(_rope_quant(p, arith))
     return ctx
+
+
+def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:
+    """fp8 outputs: their C type, and the product with the scale and its rounding (ops/quant.py)."""
+    if p.out_dtype is None:
+        return dict(fp8=False, ot=facts.element(p.storage))
+    qarith = facts.quant_arith(arith)
+    return dict(fp8=True, ot=facts.element(p.out_dtype), qt=facts.ARITH[qarith],
+                load_qs=facts.load("f32", qarith), store_q=facts.store(qarith, p.out_dtype.name))
+
+
+def _stream_scale(p: RopePlan, params: list[Param], k: int) -> dict[str, Any]:
+    """Stream k's fp8 scale input and the index read from it (the head for a per-head scale)."""
+    if not p.quant_scales:
+        return {}
+    name = p.quant_scales[k]
+    per_head = p.ir.tensor(name).axes[0].size != 1
+    return dict(qscale=_name(params, "in", name), qscale_at="rg_h" if per_head else "0")
 
 
 def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any] | None:
@@ -176,7 +195,8 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     # the fast row path (see rmsnorm.c.j2): bf16 roundings without their NaN select, where the
     # rounding is rg_f32_to_bf16 of a float (stash / product f32); after_scale rounds no normalized value
     norm_carry = before and (p.x.name, stash, product) == ("bf16", "f32", "f32")
-    y_carry = (p.y.name, product) == ("bf16", "f32")
+    y_unq = p.y_unquantized or p.y         # fp8: the type y is rounded to before its scale
+    y_carry = (y_unq.name, product) == ("bf16", "f32")
     padded = p.padded_scale_shape
     full_scale = all(st != 0 for st in p.scale_strides) and padded == p.norm_shape
     literal = facts.LITERAL[stash]
@@ -191,7 +211,7 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         stash_t=facts.ARITH[stash], product_t=facts.ARITH[product],
         load_x=facts.load(p.x.name, stash), store_norm=facts.store(stash, p.x.name),
         load_norm=facts.load(p.x.name, product), load_scale=facts.load(p.scale.name, product),
-        store_y=facts.store(product, p.y.name), store_h=facts.store(stash, p.x.name),
+        store_y=facts.store(product, y_unq.name), store_h=facts.store(stash, p.x.name),
         to_product=facts.store(stash, product),
         weight_offset=facts.LITERAL[product](p.weight_offset) if p.weight_offset else "",
         epsilon=literal(p.epsilon_stash), n_literal=literal(float(p.norm_size)),
@@ -202,6 +222,9 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         chunk_rows=max(1, CHUNK_BYTES // max(1, p.norm_size * p.x.itemsize)),
         stream_min_rows=_stream_min(p.y, p.norm_size * p.y.itemsize),
         scale_dims=list(zip(p.norm_shape, p.scale_strides)),
+        fp8=bool(p.quant_scale), qscale=_name(params, "in", p.quant_scale) if p.quant_scale else "",
+        load_unq=facts.load(y_unq.name, "f32") if p.quant_scale else "",
+        store_q=facts.store("f32", p.y.name) if p.quant_scale else "",
     )
 
 

@@ -37,6 +37,9 @@ STORE = {
     ("f64", "f32"): "rg_store_f64_f32", ("f64", "f64"): "rg_store_f64_f64",
     ("f64", "f16"): "rg_store_f64_f16", ("f64", "bf16"): "rg_store_f64_bf16",
     ("f16r", "f16"): "rg_store_f16r_f16", ("bf16r", "bf16"): "rg_store_bf16r_bf16",
+    # fp8 outputs (in _dtypes.inc.j2 only when the context sets `fp8`): one rounding, saturating
+    ("f32", "f8e4m3"): "rg_store_f32_f8e4m3", ("f32", "f8e5m2"): "rg_store_f32_f8e5m2",
+    ("f64", "f8e4m3"): "rg_store_f64_f8e4m3", ("f64", "f8e5m2"): "rg_store_f64_f8e5m2",
 }
 
 
@@ -57,3 +60,9 @@ def load(element_type: str, arith: str) -> str:
 
 def store(arith: str, element_type: str) -> str:
     return STORE[arith, element_type]
+
+
+def quant_arith(arith: str) -> str:
+    """The type an fp8 output's value times its scale is computed in: f64 with f64 arithmetic, else f32
+    (f16r / bf16r values are floats on the storage grid; their product with the scale is not rounded)."""
+    return "f64" if arith == "f64" else "f32"

@@ -56,6 +56,12 @@ SINCOSF = {"accurate": "sincosf", "fast": "__sincosf"}
 SINCOSPI = {"f64": "sincospi", "f32": "sincospif"}
 D2F = "__double2float_rn"     # double to float, to nearest even
 
+# The fp8 conversions (templates/gpu/_fp8.inc.j2) work on a float's bits, not on cuda_fp8.h: the
+# unsigned type of each width, its literal suffix, and the bit cast of each source dtype.
+UINTS = {32: "unsigned int", 64: "unsigned long long"}
+UINT_SUFFIX = {32: "u", 64: "ull"}
+AS_BITS = {"f32": "__float_as_uint", "f64": "__double_as_longlong"}
+
 # Spellings of the shared angle functions (templates/gpu/_angle_functions.inc.j2): a device-wide
 # constant, an inlined device function, an out parameter and its assignment, a float constant.
 DEVICE_CONST = "__device__ const"

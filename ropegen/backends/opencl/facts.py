@@ -48,6 +48,10 @@ LITERAL = {"f64": c_double, "f32": c_float}
 SINCOSF = {"accurate": "sincospi_f32", "fast": "sincos_native"}
 SINCOSPI = {"f64": "sincospi_f64", "f32": "sincospi_f32"}
 D2F = "convert_float_rte"
+# fp8 conversions on a float's bits (templates/gpu/_fp8.inc.j2): unsigned types, suffixes, bit casts.
+UINTS = {32: "uint", 64: "ulong"}
+UINT_SUFFIX = {32: "u", 64: "ul"}
+AS_BITS = {"f32": "as_uint", "f64": "as_ulong"}
 DEVICE_CONST = "__constant"
 FUNC = "static inline"
 OUT_PARAM = "*"

@@ -23,7 +23,7 @@ def _int(param: type[Param], name: str, source: tuple, bits: int = 64) -> Param:
 def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
                 param: type[Param] = Param) -> tuple[Param, ...]:
     """The RoPE kernel's parameters: per stream the x/y pointers and their b/s/h (scalar kernel: and d)
-    strides, each per-head norm weight and its stride, then what the position and angle forms read,
+    strides, each per-head norm weight and fp8 scale and its stride, then what the position and angle forms read,
     then the launch quantities and the error word."""
     tensors = {t.name: t for t in p.inputs}
     ps: list[Param] = []
@@ -31,12 +31,14 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
     for s in streams:
         dt = tensors[s.src].dtype
         ps.append(_in(param, s.x, s.src, dt))
-        ps.append(param(s.y, ("out", s.out), dt))
+        ps.append(param(s.y, ("out", s.out), p.out_dtype or dt))   # fp8 outputs: their own type
         for r in roles:
             ps.append(_int(param, f"{s.x}_s{r}", ("stride", s.src, r)))
         for r in roles:
             ps.append(_int(param, f"{s.y}_s{r}", ("stride", s.out, r)))
-    for w in dict.fromkeys(s.norm.weight for s in p.streams if s.norm):   # per-head rmsnorm weights
+    # per-head rmsnorm weights, then fp8 scales (per tensor or per head: indexed by a stride); one
+    # tensor serving as both is one parameter
+    for w in dict.fromkeys([s.norm.weight for s in p.streams if s.norm] + list(p.quant_scales)):
         ps += [_in(param, "t_" + w, w, tensors[w].dtype), _int(param, f"t_{w}_si", ("axis_stride", w, 0))]
     pos = p.positions
 
@@ -102,8 +104,9 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
 
 
 def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
-    """The RMSNorm kernels' parameters: x[, residual], scale, y[, h], the rows and each row-indexed
-    array's row stride (x, residual, y, h: each may be spaced out, and y or h may be in place)."""
+    """The RMSNorm kernels' parameters: x[, residual], scale, y[, h][, fp8 quant scale], the rows and
+    each row-indexed array's row stride (x, residual, y, h: each may be spaced out, and y or h may be
+    in place)."""
     x, scale, res, h = p.x_name, p.scale_name, p.residual, p.sum_output
     ps = [_in(param, "t_" + x, x, p.x)]
     if res:
@@ -111,6 +114,8 @@ def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
     ps += [_in(param, "t_" + scale, scale, p.scale), param("t_" + p.out, ("out", p.out), p.y)]
     if h:
         ps.append(param("t_" + h, ("out", h), p.x))
+    if p.quant_scale and p.quant_scale not in (x, scale, res):   # f32[1]: entry 0
+        ps.append(_in(param, "t_" + p.quant_scale, p.quant_scale, DTYPES["f32"]))
     ps.append(_int(param, "n_rows", ("launch", "rows")))
     roles = ("x", "r", "y", "h") if res else ("x", "y")
     ps += [_int(param, f"{r}_row_stride", ("launch", f"{r}_row_stride")) for r in roles]

@@ -17,6 +17,7 @@ from ropegen import exact
 from ropegen.lower.abi import Param
 from ropegen.lower.gpu import launch as gpu
 from ropegen.lower.gpu.abi import rms_params, rope_params
+from ropegen.lower.gpu.fp8 import Fp8Cvt, conversions
 from ropegen.lower.gpu.launch import HeadStream, RmsKernel, RopeKernel
 from ropegen.lower.status import Status
 from ropegen.ops.plan import RmsNormPlan, RopePlan
@@ -104,6 +105,8 @@ class RopeCfg:
     norm_tail: int = 0     # a per-head norm's elements summed after the full rounds of NORM_LANES
 
     norm_rest: int = 0     # head_dim % NORM_LANES
+    out: str = ""          # fp8 outputs: their dtype name (else the storage type is stored)
+    quant: tuple[Fp8Cvt, ...] = ()   # ... and the conversion from acc to it (lower/gpu/fp8.py)
     norm_lanes = NORM_LANES
     norm_tree = tuple(NORM_LANES >> k for k in range(1, NORM_LANES.bit_length()))   # 8, 4, 2, 1
 
@@ -154,7 +157,8 @@ def rope_cfg(p: RopePlan, param: type[Param] = Param) -> RopeCfg:
         start=_scalar(p.positions.start), first=_scalar(p.positions.first_seqlen),
         pad=_scalar(p.positions.pad), split=p.head_dim // p.unit,
         real_heads=sum(s.heads for s in streams) // (p.head_dim // p.unit),
-        norm_tail=p.head_dim - p.head_dim % NORM_LANES, norm_rest=p.head_dim % NORM_LANES)
+        norm_tail=p.head_dim - p.head_dim % NORM_LANES, norm_rest=p.head_dim % NORM_LANES,
+        out=p.out_dtype.name if p.out_dtype else "", quant=conversions(acc, p.out_dtype))
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,8 @@ class RmsCfg:
     scale_dims: tuple[tuple[int, int], ...]   # (size, stride) innermost first, for broadcasting
     vec: RmsKernel
     scalar: RmsKernel
+    y_unq: str = ""        # fp8 y: the type y is rounded to first (the unquantized kernel's y)
+    quant: tuple[Fp8Cvt, ...] = ()   # ... and the float32 -> y conversion (lower/gpu/fp8.py)
 
     @property
     def kernels(self) -> tuple[RmsKernel, ...]:
@@ -185,7 +191,8 @@ def rms_cfg(p: RmsNormPlan, param: type[Param] = Param) -> RmsCfg:
         plan=p, x=p.x.name, scale=p.scale.name, y=p.y.name, stash=stash, product=p.product.name,
         epsilon=p.epsilon_stash, scale_direct=direct, scale_dims=dims,
         vec=gpu.rms_kernel(p, f"{p.name}_vec", gpu.rms_vector_width(p), params),
-        scalar=gpu.rms_kernel(p, f"{p.name}_scalar", 1, params))
+        scalar=gpu.rms_kernel(p, f"{p.name}_scalar", 1, params),
+        y_unq=p.y_unquantized.name if p.quant_scale else "", quant=conversions("f32", p.y))
 
 
 # The render configuration of each operator kind (the plan's `.kind` word).

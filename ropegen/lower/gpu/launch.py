@@ -47,6 +47,8 @@ class HeadStream:
     x: str                 # identifiers of the input and output pointers
     y: str
     norm: HeadNormPlan | None = None   # the per-head rmsnorm before the rotation
+    scale: str = ""        # an fp8 output's scale input (its real head's entry, or entry 0)
+    scale_per_head: bool = False
 
     @property
     def real_heads(self) -> int:
@@ -57,11 +59,13 @@ def head_streams(p: RopePlan) -> tuple[HeadStream, ...]:
     tensors = {t.name: t for t in p.inputs}
     out = []
     first = 0
-    for s in p.streams:
+    scales = p.quant_scales or ("",) * len(p.streams)
+    for s, scale in zip(p.streams, scales):
         t = tensors[s.src]
         assert t.heads is not None
+        per_head = bool(scale) and p.ir.tensor(scale).axes[0].size != 1
         out.append(HeadStream(s.out, s.src, s.rotate, t.heads, t.unit_split, first, first + t.heads,
-                              f"x_{s.out}", f"y_{s.out}", s.norm))
+                              f"x_{s.out}", f"y_{s.out}", s.norm, scale, per_head))
         first += t.heads
     return tuple(out)
 
