@@ -132,7 +132,7 @@ def test_packed_qkv_in_place_leaves_v_alone():
 
 
 @pytest.mark.parametrize("text,code,hint", [
-    ("out q_rot = rotate(rmsnorm(q, weight = k_weight2))", "C018", "head_dim"),
+    ("out q_rot = rotate(rmsnorm(q, weight = k_weight2))", "C018", "or [4, 64] (over all its heads of a token"),
     ("out q_rot = copy(rmsnorm(q, weight = q_weight))", "C025", "rotate(...) only"),
     ("out q_rot = rotate(rmsnorm(q, weight = q_weight, eps = 1e-6))", "C010", "epsilon"),
     ("out q_rot = rotate(rmsnorm(q))", "C011", "weight"),
@@ -160,3 +160,44 @@ def test_explain_names_the_norm():
     op = ropegen.compile(_spec("bf16", ", weight_offset = 1, cast = after_scale"))["r"]
     text = explain(op.plan)
     assert "rotate(q) after rmsnorm over head_dim" in text and "(1.0 + q_weight)" in text
+
+
+def _norm_over_heads(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """OLMo 2's norm over all heads of a token ([T, H, D], weight [H, D]) in float32, cast after the
+    scale, stored in x's type; the sum of squares in the C kernel's order (16 lanes, head by head)."""
+    xs = x.astype(np.float32)
+    T, H, D = x.shape
+    acc = np.zeros((T, 16), np.float32)
+    for h in range(H):
+        for i in range(D):
+            acc[:, i % 16] += xs[:, h, i] * xs[:, h, i]
+    w_ = 8
+    while w_:
+        acc[:, :w_] += acc[:, w_:2 * w_]
+        w_ //= 2
+    inv = np.float32(1) / np.sqrt(acc[:, 0] / np.float32(H * D) + np.float32(eps))
+    return ((xs * inv[:, None, None]) * w.astype(np.float32)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_olmo2_norm_covers_all_heads_of_a_token(backend):
+    op = ropegen.compile(_spec("f32", ", cast = after_scale").replace("q_weight: f32[64]", "q_weight: f32[4, 64]"))["r"]
+    q, k, _, kw = _inputs(np.float32, T=6, seed=9)
+    qw = np.random.default_rng(2).uniform(0.2, 2.5, (4, 64)).astype(np.float32)
+    got = op.run(q, k, np.zeros(6, np.int64), qw, kw, backend=backend)[0]
+    want = _norm_over_heads(q, qw, 1e-6)
+    assert _ulps(want, got).max() <= 8                   # NumPy sums in its own order
+    if backend == "c":
+        np.testing.assert_array_equal(got, want)          # C: this very order
+    per_head = _norm(q, qw, 1e-6, 0.0, False)            # a norm per head is something else
+    assert np.abs(per_head.astype(np.float64) - got).max() > 1e-3
+
+
+def test_olmo2_norm_in_place_reads_every_head_first():
+    op = ropegen.compile(_spec("bf16", ", cast = after_scale").replace("q_weight: bf16[64]", "q_weight: bf16[4, 64]"))["r"]
+    q, k, _, kw = _inputs(ml_dtypes.bfloat16, T=5, seed=4)
+    qw = np.random.default_rng(3).uniform(0.2, 2.5, (4, 64)).astype(ml_dtypes.bfloat16)
+    pos = np.arange(5)
+    want = op.run(q.copy(), k.copy(), pos, qw, kw, backend="c")
+    op.run(q, k, pos, qw, kw, backend="c", inplace=True)
+    np.testing.assert_array_equal(q.view(np.uint16), want[0].view(np.uint16))

@@ -260,7 +260,7 @@ def test_rmsnorm_operator_iff_the_model_uses_rmsnorm(name):
         return
     # Gemma 3 adds its sliding-window layers' rope_local; Qwen3 and Gemma 3 their fused q/k norm + rope
     extra = {"gemma-3-4b": ["qk_norm_rope", "qk_norm_rope_local", "rope_local"], "qwen3-8b": ["qk_norm_rope"],
-             "olmo-2-1124-7b": ["k_norm", "q_norm"]}
+             "olmo-2-1124-7b": ["k_norm", "q_norm", "qk_norm_rope"]}
     assert sorted(names) == sorted(["rmsnorm", "rope"] + extra.get(name, [])), text
     op = prog["rmsnorm"]
     assert op.kind == "rmsnorm"

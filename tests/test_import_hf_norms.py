@@ -67,7 +67,7 @@ MODELS = {
     "gemma-3-4b":      (["qk_norm_rope", "qk_norm_rope_local", "rmsnorm", "rope", "rope_local"],
                         (1.0, "after_scale"), "head"),
     "gemma-2-9b":      (["rmsnorm", "rope"], (1.0, "after_scale"), None),
-    "olmo-2-1124-7b":  (["k_norm", "q_norm", "rmsnorm", "rope"], (0.0, "after_scale"), "all_heads"),
+    "olmo-2-1124-7b":  (["k_norm", "q_norm", "qk_norm_rope", "rmsnorm", "rope"], (0.0, "after_scale"), "all_heads"),
     "gpt-oss-20b":     (["rmsnorm", "rope"], (0.0, "after_scale"), None),
     "llama-3.1-8b":    (["rmsnorm", "rope"], (0.0, "before_scale"), None),
     "mistral-7b-v0.3": (["rmsnorm", "rope"], (0.0, "before_scale"), None),
@@ -124,9 +124,17 @@ def test_qk_norm_rope_is_the_rope_with_the_models_head_norm(name, rope_op, fused
         assert getattr(op.ir, field) == getattr(rope, field), field
 
 
-def test_olmo2_norms_over_all_heads_and_no_fused_operator():
+def test_olmo2_norms_over_all_heads_alone_and_fused():
     cfg = load("olmo-2-1124-7b")
     prog, text, warns = imported(cfg)
+    fused = prog["qk_norm_rope"]
+    assert fused.inputs == ("q", "k", "positions", "q_weight", "k_weight"), text
+    for out, weight, heads in zip(fused.ir.outputs, ("q_weight", "k_weight"), (32, 32)):
+        assert out.norm == ir.HeadNorm(weight, cfg["rms_norm_eps"], 0.0, "after_scale", over_heads=True), text
+        assert [a.size for a in fused.ir.tensor(weight).dims] == [heads, 128]
+    for field in ("pairing", "rotary_dim", "positions", "angles", "compute"):
+        assert getattr(fused.ir, field) == getattr(prog["rope"].ir, field), field
+    assert warns == [], warns
     hq, hk, d = 32, 32, 128
     for name, heads in (("q_norm", hq), ("k_norm", hk)):
         op = prog[name]
@@ -134,7 +142,20 @@ def test_olmo2_norms_over_all_heads_and_no_fused_operator():
         assert [a.size for a in op.ir.x.dims][1:] == [heads, d] and isinstance(op.ir.x.dims[0].size, str)
         assert [a.size for a in op.ir.scale.dims] == [heads, d]
         assert op.ir.axis == 1 and op.ir.cast == "after_scale" and op.ir.epsilon == cfg["rms_norm_eps"]
-    assert any(re.search(r"all heads", w) and "qk_norm_rope" in w for w in warns), warns
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_olmo2_fused_norm_is_the_models_q_norm(backend):
+    """At position 0 the rotation is the identity: q_rot is Olmo2Attention's q_norm output (golden)."""
+    gold = GOLD["olmo2_q_norm_f32"]
+    prog = imported(MAKER.config("olmo2_q_norm_f32"))[0]
+    op = prog["qk_norm_rope"]
+    T, H, D = gold["x"].shape
+    hk = op.ir.tensor("k").role_dim(ir.Role.HEADS).size
+    k = np.ones((T, hk, D), np.float32)
+    q_rot = op.run(gold["x"], k, np.zeros(T, np.int64), gold["weight"], np.ones((hk, D), np.float32),
+                   backend=backend)[0]
+    np.testing.assert_allclose(q_rot, gold["y"], rtol=0, atol=1e-5 * float(np.abs(gold["y"]).max()))
 
 
 @pytest.mark.parametrize("name", ["gemma-2-9b", "gemma-3-4b"])

@@ -2,8 +2,8 @@
 (operator `rope`: q, k, positions -> q_rot, k_rot) and its RMSNorm (operator `rmsnorm`: x, weight -> y,
 following the model's own RMSNorm class: Gemma's (1 + w), the cast before or after the weight).
 Models with per-head q/k norms (Qwen3, Gemma 3) also get `qk_norm_rope` (q, k, positions, q_weight,
-k_weight -> q_rot, k_rot: the norm fused in front of the same rotation); OLMo 2's norm over all heads
-of a token cannot be fused per head and becomes `q_norm` / `k_norm` rmsnorm operators instead.
+k_weight -> q_rot, k_rot: the norm fused in front of the same rotation); OLMo 2's, one norm over all
+heads of a token, too (weights [heads, head_dim]), beside its `q_norm` / `k_norm` rmsnorm operators.
 
 The contract scripts rely on: q and k are [tokens=T, heads=H, head_dim=D] in the model's dtype,
 positions i64[T], the operators keep these names and orders. Both spellings of the scaling are read
@@ -156,15 +156,17 @@ def _scaling(cfg: dict, warnings: list[str], mtype: str = "", rotary: int = 0,
 
 
 def _rope(op: str, angles: str, *, hq: int, hk: int, head_dim: int, rotary: int, interleaved: bool, mrope: dict,
-          dt: str, norm: str = "") -> list[str]:
+          dt: str, norm: str = "", over_heads: bool = False) -> list[str]:
     """The lines of one rope operator of the contract (q, k, positions -> q_rot, k_rot); with `norm` (the
-    rmsnorm settings after the weight), the fused form (q, k, positions, q_weight, k_weight)."""
+    rmsnorm settings after the weight), the fused form (q, k, positions, q_weight, k_weight): weights
+    [head_dim] (a norm per head) or, `over_heads`, [heads, head_dim] (one over all heads of a token)."""
     lines = [f"rope {op} {{",
              f"    in q:         {dt}[tokens=T, heads={hq}, head_dim={head_dim}]",
              f"    in k:         {dt}[tokens=T, heads={hk}, head_dim={head_dim}]",
              f"    in positions: i64[{str(len(mrope['sections'])) + ', ' if mrope else ''}T]"]
     if norm:
-        lines += [f"    in q_weight:  {dt}[{head_dim}]", f"    in k_weight:  {dt}[{head_dim}]",
+        qw, kw = (f"{hq}, {head_dim}", f"{hk}, {head_dim}") if over_heads else (head_dim, head_dim)
+        lines += [f"    in q_weight:  {dt}[{qw}]", f"    in k_weight:  {dt}[{kw}]",
                   f"    out q_rot = rotate(rmsnorm(q, weight = q_weight, {norm}))",
                   f"    out k_rot = rotate(rmsnorm(k, weight = k_weight, {norm}))"]
     else:
@@ -216,10 +218,10 @@ def _norms(mtype: str, cfg: dict, shape: dict, angles: str, local: str | None, h
             lines += ["", "# the same for the sliding-window layers"]
             lines += _rope("qk_norm_rope_local", local, **shape, norm=norm)
     elif mtype in FULL_QK_NORM:
-        warnings.append(f"model_type '{mtype}' normalizes q and k over all heads of a token (q_norm over "
-                        f"num_attention_heads * head_dim = {hq * d}), which a per-head norm fused into the "
-                        "rotation cannot express: no qk_norm_rope; run q_norm / k_norm, then rope")
-        lines += ["", "# q_norm / k_norm over all heads of a token (hidden num_heads * head_dim), before `rope`"]
+        norm = ", ".join(settings)
+        lines += ["", "# q_norm / k_norm over all heads of a token (num_heads * head_dim: weights [heads, head_dim]),",
+                  "# then the rotation"] + _rope("qk_norm_rope", angles, **shape, norm=norm, over_heads=True)
+        lines += ["", "# the same norms alone (x: [T, heads, head_dim], over its last two axes)"]
         for op, heads in (("q_norm", hq), ("k_norm", hk)):
             lines += _rmsnorm(op, settings, f"{dt}[T, {heads}, {d}]", f"{dt}[{heads}, {d}]", ("axis = -2",))
     return lines

@@ -165,6 +165,7 @@ class HeadNorm:
     epsilon: float
     weight_offset: float = 0.0     # Gemma 3: 1
     cast: str = "before_scale"     # as rmsnorm's `cast`
+    over_heads: bool = False       # one norm over all heads of a token (OLMo 2: weight [heads, head_dim])
 
 
 @dataclass(frozen=True)

@@ -96,16 +96,19 @@ def _by_token(a, B, S, tail=()):
     return a.reshape((B, S) + tail)
 
 
-def _head_norm(x, w, epsilon, offset, before_scale, stash, product):
-    """rmsnorm over each head's head_dim elements (the last two axes of a canonical view): stage one in
-    stash, the weight (plus offset) multiply in product, the result in x's type as the model stores it."""
+def _head_norm(x, w, epsilon, offset, before_scale, stash, product, over_heads):
+    """rmsnorm over each head's head_dim elements (the last two axes of a canonical view), or over all
+    heads of a token (the last three): stage one in stash, the weight (plus offset) multiply in
+    product, the result in x's type as the model stores it."""
     xs = x.astype(stash)
-    mean_square = np.einsum("...ij,...ij->...", xs, xs)[..., None, None] / stash(xs.shape[-2] * xs.shape[-1])
+    axes = (-3, -2, -1) if over_heads else (-2, -1)
+    count = xs.shape[-3] * xs.shape[-2] * xs.shape[-1] if over_heads else xs.shape[-2] * xs.shape[-1]
+    mean_square = np.sum(xs * xs, axis=axes, keepdims=True) / stash(count)
     inv_rms = stash(1) / np.sqrt(mean_square + stash(epsilon))
     normalized = xs * inv_rms
     if before_scale:
         normalized = normalized.astype(x.dtype)
-    weight = w.astype(product).reshape(x.shape[-2:]) + product(offset)
+    weight = w.astype(product).reshape(x.shape[-3 if over_heads else -2:]) + product(offset)
     return (normalized.astype(product) * weight).astype(x.dtype)
 
 
@@ -137,7 +140,7 @@ def run(q, positions, q_weight, s, *, check=True):
     streams = _positions(_t_positions, B, S)
     x_q_rot = _view(_t_q, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
     # q's heads normalized first (rmsnorm over head_dim), then rotated
-    x_q_rot = _head_norm(x_q_rot, _t_q_weight, 9.999999974752427e-07, 0.0, True, np.float32, np.float32)
+    x_q_rot = _head_norm(x_q_rot, _t_q_weight, 9.999999974752427e-07, 0.0, True, np.float32, np.float32, False)
     y_q_rot = _view(o_q_rot, (_sym["T"], 4, 64, ), (0, 1, 2), 1)
 
     sb = min(S, _BLOCK_TOKENS) if S else 1

@@ -168,13 +168,15 @@ def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any]
     n = s.norm
     if n is None:
         return None
+    s_heads = next(t for t in p.inputs if t.name == s.src).real_heads
     st, stash, prod = p.storage.name, n.stash.name, n.product.name
     return dict(
         fn=f"rg_head_norm{k}", src=s.src, weight=_name(params, "in", n.weight), weight_name=n.weight,
         wt=facts.element(n.weight_dtype), storage=st, stash_t=facts.ARITH[stash], prod_t=facts.ARITH[prod],
         load_stash=facts.load(st, stash), store_stash=facts.store(stash, st), load_prod=facts.load(st, prod),
         load_w=facts.load(n.weight_dtype.name, prod), store_prod=facts.store(prod, st), sqrt=facts.SQRT[stash],
-        n_literal=facts.LITERAL[stash](float(p.head_dim)), epsilon=facts.LITERAL[stash](n.epsilon_stash),
+        n_literal=facts.LITERAL[stash](float(p.head_dim * (s_heads if n.over_heads else 1))),
+        epsilon=facts.LITERAL[stash](n.epsilon_stash), heads=s_heads, over_heads=n.over_heads,
         offset=facts.LITERAL[prod](n.weight_offset) if n.weight_offset else "",
         before_scale=n.cast == "before_scale", tail=p.head_dim // 16 * 16)
 

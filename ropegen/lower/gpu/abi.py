@@ -23,7 +23,7 @@ def _int(param: type[Param], name: str, source: tuple, bits: int = 64) -> Param:
 def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
                 param: type[Param] = Param) -> tuple[Param, ...]:
     """The RoPE kernel's parameters: per stream the x/y pointers and their b/s/h (scalar kernel: and d)
-    strides, each per-head norm weight and fp8 scale and its stride, then what the position and angle forms read,
+    strides, each norm weight and fp8 scale and its stride(s), then what the position and angle forms read,
     then the launch quantities and the error word."""
     tensors = {t.name: t for t in p.inputs}
     ps: list[Param] = []
@@ -37,9 +37,14 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
         for r in roles:
             ps.append(_int(param, f"{s.y}_s{r}", ("stride", s.out, r)))
     # per-head rmsnorm weights, then fp8 scales (per tensor or per head: indexed by a stride); one
-    # tensor serving as both is one parameter
+    # tensor serving as both is one parameter. A weight [heads, head_dim] (a norm over all heads)
+    # has its element stride (axis 1) as _si and its head stride as _sh
+    over = {s.norm.weight for s in p.streams if s.norm and s.norm.over_heads}
     for w in dict.fromkeys([s.norm.weight for s in p.streams if s.norm] + list(p.quant_scales)):
-        ps += [_in(param, "t_" + w, w, tensors[w].dtype), _int(param, f"t_{w}_si", ("axis_stride", w, 0))]
+        ps += [_in(param, "t_" + w, w, tensors[w].dtype),
+               _int(param, f"t_{w}_si", ("axis_stride", w, 1 if w in over else 0))]
+        if w in over:
+            ps.append(_int(param, f"t_{w}_sh", ("axis_stride", w, 0)))
     pos = p.positions
 
     def lead(name: str, n: int, first: int = 0) -> list[tuple]:

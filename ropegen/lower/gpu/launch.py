@@ -49,6 +49,7 @@ class HeadStream:
     norm: HeadNormPlan | None = None   # the per-head rmsnorm before the rotation
     scale: str = ""        # an fp8 output's scale input (its real head's entry, or entry 0)
     scale_per_head: bool = False
+    norm_size: int = 0     # elements one norm sums: head_dim, or heads * head_dim over all heads
 
     @property
     def real_heads(self) -> int:
@@ -64,8 +65,9 @@ def head_streams(p: RopePlan) -> tuple[HeadStream, ...]:
         t = tensors[s.src]
         assert t.heads is not None
         per_head = bool(scale) and p.ir.tensor(scale).axes[0].size != 1
+        size = p.head_dim * (t.real_heads if s.norm and s.norm.over_heads else 1)
         out.append(HeadStream(s.out, s.src, s.rotate, t.heads, t.unit_split, first, first + t.heads,
-                              f"x_{s.out}", f"y_{s.out}", s.norm, scale, per_head))
+                              f"x_{s.out}", f"y_{s.out}", s.norm, scale, per_head, size))
         first += t.heads
     return tuple(out)
 
@@ -81,6 +83,9 @@ class RopeKernel:
     # one thread runs every tile of its token's heads (an operator with a per-head norm: each
     # head's sum of squares is read before any of it is stored, so in place is race-free)
     whole_head: bool = False
+    # a stream normalized over all of a token's heads (OLMo 2): its sum needs every head before any
+    # is stored, so one thread runs all heads of its token (head_groups 1)
+    over_heads: bool = False
 
     @property
     def n_tiles(self) -> int:
@@ -120,9 +125,10 @@ def rope_kernels(p: RopePlan, vec_params: tuple[Param, ...], scalar_params: tupl
     v = vector_width(p)
     vec_groups = group_tiles(tiles(element_map(p), v))  # type: ignore[arg-type]
     whole = any(s.norm for s in p.streams)
+    over = any(s.norm and s.norm.over_heads for s in p.streams)
     vec = RopeKernel(f"{p.name}_vec", v, vec_groups, vec_params, False,
-                     head_batch(vec_groups, v, p.storage.itemsize, acc_registers(p)), whole)
-    scal = RopeKernel(f"{p.name}_scalar", 1, group_tiles(scalar_tiles(p)), scalar_params, True, 1, whole)
+                     head_batch(vec_groups, v, p.storage.itemsize, acc_registers(p)), whole, over)
+    scal = RopeKernel(f"{p.name}_scalar", 1, group_tiles(scalar_tiles(p)), scalar_params, True, 1, whole, over)
     return vec, scal
 
 
@@ -135,7 +141,10 @@ class Launch:
 
 def head_groups(cfg, kernel: RopeKernel, tokens: int) -> int:
     """Split the heads of a token over several threads only when tokens alone leave the GPU idle
-    (a whole-head kernel always gives each thread one real head: gpu/_head_norm.inc.j2)."""
+    (a whole-head kernel always gives each thread one real head, or all of them when a stream is
+    normalized over its heads: gpu/_head_norm.inc.j2)."""
+    if kernel.over_heads:
+        return 1
     if kernel.whole_head:
         return max(1, cfg.real_heads)
     threads = max(1, tokens * kernel.threads_per_token)

@@ -20,14 +20,19 @@ def check_norm(cx, v: A.Call) -> tuple[ir.Tensor, ir.HeadNorm]:
     args = cx.call_args(v, ARGS, ("x", "weight"), positional=("x",))
     x = cx.ref(args["x"], "the normalized tensor")
     w = cx.ref(args["weight"], "weight")
-    head_dim = x.role_dim(ir.Role.HEAD_DIM)
-    if head_dim is not None and (not w.dtype.is_float or [a.size for a in w.axes] != [head_dim.size]):
-        cx.fail("C018", f"rmsnorm weight '{w.name}' must be a float tensor [{head_dim.size}] (head_dim of "
-                f"'{x.name}'): the norm runs over each head", w.loc)
+    head_dim, heads = x.role_dim(ir.Role.HEAD_DIM), x.role_dim(ir.Role.HEADS)
+    shape = [a.size for a in w.axes]
+    over_heads = False
+    if head_dim is not None and heads is not None:
+        over_heads = shape == [heads.size, head_dim.size]
+        if not w.dtype.is_float or (shape != [head_dim.size] and not over_heads):
+            cx.fail("C018", f"rmsnorm weight '{w.name}' must be a float tensor [{head_dim.size}] (a norm over "
+                    f"each head of '{x.name}') or [{heads.size}, {head_dim.size}] (over all its heads of a "
+                    "token, as OLMo 2)", w.loc)
     eps = cx.number(args["epsilon"], "epsilon", nonneg=True) if "epsilon" in args else 1e-6
     offset = float(cx.number(args["weight_offset"], "weight_offset")) if "weight_offset" in args else 0.0
     cast = cx.word(args["cast"], "cast", CASTS) if "cast" in args else "before_scale"
-    return x, ir.HeadNorm(w.name, eps, offset, cast)
+    return x, ir.HeadNorm(w.name, eps, offset, cast, over_heads)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class HeadNormPlan:
     epsilon_stash: float    # epsilon as the stash type's value
     weight_offset: float    # as the product type's value; 0: none
     cast: str               # before_scale | after_scale
+    over_heads: bool = False     # one norm over all of a token's heads of the stream (OLMo 2), not per head
 
 
 def plan_norm(op: ir.RopeOp, out: ir.RopeOutput) -> HeadNormPlan | None:
@@ -52,7 +58,7 @@ def plan_norm(op: ir.RopeOp, out: ir.RopeOutput) -> HeadNormPlan | None:
     stash = DTYPES["f64" if x.dtype.name == "f64" else "f32"]
     product = DTYPES["f64" if wide else "f32"]
     return HeadNormPlan(n.weight, w.dtype, stash, product, float(stash.np_dtype.type(n.epsilon)),
-                        float(product.np_dtype.type(n.weight_offset)), n.cast)
+                        float(product.np_dtype.type(n.weight_offset)), n.cast, n.over_heads)
 
 
 def norm_words(n: ir.HeadNorm | None) -> str:
@@ -60,5 +66,5 @@ def norm_words(n: ir.HeadNorm | None) -> str:
     if n is None:
         return ""
     scale = f"({n.weight_offset!r} + {n.weight})" if n.weight_offset else n.weight
-    return (f" after rmsnorm over head_dim (epsilon {n.epsilon!r}, * {scale}, cast {n.cast}), "
-            "stored in its type")
+    return (f" after rmsnorm over {'all heads of a token' if n.over_heads else 'head_dim'} (epsilon {n.epsilon!r}, "
+            f"* {scale}, cast {n.cast}), stored in its type")

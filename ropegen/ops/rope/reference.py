@@ -354,7 +354,8 @@ def evaluate(op: ir.RopeOp, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarr
         x = _canonical(t, src)
         if o.norm is not None:      # the head normalized first, stored in t's type as the model does
             w = np.asarray(arrays[o.norm.weight]).astype(np.float64) + o.norm.weight_offset
-            x = rms_reference.normalize(x, w, o.norm.epsilon, o.norm.cast, t.dtype, (-1,))
+            axes = (-2, -1) if o.norm.over_heads else (-1,)     # [b, s, h, d]: over the token's heads, or each
+            x = rms_reference.normalize(x, w, o.norm.epsilon, o.norm.cast, t.dtype, axes)
             x = x.astype(t.dtype.np_dtype).astype(np.float64)
         y = x.copy()
         if o.rotate:
