@@ -141,13 +141,15 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__AVX2__) \
     && !defined(ROPEGEN_NO_DISPATCH)
 #define RG_DISPATCH 1
-#define RG_TARGET_AVX2 __attribute__((target("avx2")))
+/* f16 kernels convert with F16C in both vector variants (every AVX-512 CPU has it) */
+#define RG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 #if defined(__clang__)
-#define RG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), min_vector_width(512)))
+#define RG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c"), min_vector_width(512)))
 #else
-#define RG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")))
+#define RG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,prefer-vector-width=512")))
 #endif
-#define RG_HAS_AVX512() (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") \
+#define RG_HAS_AVX2() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+#define RG_HAS_AVX512() (RG_HAS_AVX2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") \
                          && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
 #else
 #define RG_DISPATCH 0
@@ -162,11 +164,47 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
 static int rg_isa(void)
 {
     __builtin_cpu_init();
-    const int best = RG_HAS_AVX512() ? 2 : (__builtin_cpu_supports("avx2") ? 1 : 0);
+    const int best = RG_HAS_AVX512() ? 2 : (RG_HAS_AVX2() ? 1 : 0);
     const char *want = getenv("ROPEGEN_ISA");
     if (want && strcmp(want, "base") == 0) return 0;
     if (want && strcmp(want, "avx2") == 0 && best >= 1) return 1;
     return best;
+}
+#endif
+
+#if RG_DISPATCH
+/* f16 runs <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR):
+ * the same bits as rg_f16_to_f32 / rg_f32_to_f16 for every value but signalling NaNs, which the
+ * instructions quiet (set the top payload bit). The tails take the scalar F16C forms, so that one
+ * kernel treats every element alike. */
+#include <immintrin.h>
+static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
+    for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
+}
+static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) d[i] = (uint16_t)_cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
+}
+static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(s + i))));
+    rg_f16_in_avx2(d + i, s + i, n - i);
+}
+static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    rg_f16_out_avx2(d + i, s + i, n - i);
 }
 #endif
 
@@ -396,24 +434,28 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_q_stride_head;
+                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                float rg_xf[64], rg_yf[64];
+                rg_f16_in_avx2(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 64;
-                    uint16_t *rg_y = rg_dst + rg_u * 64;
+                    const float *rg_x = rg_xf + rg_u * 64;
+                    float *rg_y = rg_yf + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[32 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = rg_cos0[32 + 1 * rg_j];
                         const rg_c sb = rg_sin0[32 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
                     }
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64);
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -426,24 +468,28 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_k_stride_head;
+                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                float rg_xf[64], rg_yf[64];
+                rg_f16_in_avx2(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 64;
-                    uint16_t *rg_y = rg_dst + rg_u * 64;
+                    const float *rg_x = rg_xf + rg_u * 64;
+                    float *rg_y = rg_yf + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[32 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = rg_cos0[32 + 1 * rg_j];
                         const rg_c sb = rg_sin0[32 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
                     }
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64);
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -499,24 +545,28 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_q_stride_head;
+                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                float rg_xf[64], rg_yf[64];
+                rg_f16_in_avx512(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 64;
-                    uint16_t *rg_y = rg_dst + rg_u * 64;
+                    const float *rg_x = rg_xf + rg_u * 64;
+                    float *rg_y = rg_yf + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[32 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = rg_cos0[32 + 1 * rg_j];
                         const rg_c sb = rg_sin0[32 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
                     }
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64);
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -529,24 +579,28 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_k_stride_head;
+                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                float rg_xf[64], rg_yf[64];
+                rg_f16_in_avx512(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 64;
-                    uint16_t *rg_y = rg_dst + rg_u * 64;
+                    const float *rg_x = rg_xf + rg_u * 64;
+                    float *rg_y = rg_yf + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[32 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = rg_cos0[32 + 1 * rg_j];
                         const rg_c sb = rg_sin0[32 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
                     }
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64);
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }

@@ -142,7 +142,25 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     )
     ctx.update(angles(p, p.angles, arith, params))
     ctx.update(_rope_quant(p, arith))
+    ctx.update(_f16c(p, arith, ctx["fp8"]))
     return ctx
+
+
+def _f16c(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
+    """f16 storage rotated in float: the AVX2 / AVX-512 variants convert whole runs with F16C (GCC
+    does not vectorise the software conversions), and each unit's rotated ranges are converted back
+    (the passthrough elements are copied as raw bits): f16c_ranges, (first, count) within a unit.
+    Other kernels print exactly as before."""
+    if p.storage.name != "f16" or fp8 or arith not in ("f32", "f16r"):
+        return dict(f16c=False)
+    ranges, at = [], 0
+    for lo, hi in sorted(p.passthrough):
+        if lo > at:
+            ranges.append((at, lo))
+        at = max(at, hi)
+    if at < p.unit:
+        ranges.append((at, p.unit))
+    return dict(f16c=True, f16c_ranges=[(lo, hi - lo) for lo, hi in ranges])   # (first, count)
 
 
 def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:
