@@ -171,6 +171,14 @@ def _bench(args) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.plot:
+        from ropegen.bench.plot import MissingPlotter, plot
+        try:
+            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+            n = plot(results, args.plot)
+        except (MissingPlotter, ValueError, OSError) as exc:
+            raise UserError(str(exc)) from None
+        print(f"plotted {n} panel(s) into {args.plot}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -280,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=_int_option(1, MAX_REPEATS, "repeats"), default=20,
                    help=f"timed repeats per measurement, 1..{MAX_REPEATS} (default: 20)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw GB/s against T for ropegen, its peers and the copy (matplotlib: the bench extra)")
     p.set_defaults(func=cmd_bench)
     return ap
 
