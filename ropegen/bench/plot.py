@@ -7,10 +7,9 @@ from collections import defaultdict
 from typing import Any
 
 
-# one color per line name in every panel (peers beyond these take the next free ones)
-COLORS = {"ropegen": "tab:red", "copy": "grey", "onnxruntime": "tab:green", "ggml": "tab:blue",
-          "numpy": "tab:orange", "torch": "tab:purple", "torch_compile": "tab:brown", "liger": "tab:pink",
-          "flashinfer": "tab:olive"}
+# ropegen and the copy keep their colors; the peers take the rest in name order, the same in every panel
+FIXED = {"ropegen": "tab:red", "copy": "grey"}
+PALETTE = ("tab:green", "tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 
 
 class MissingPlotter(RuntimeError):
@@ -51,6 +50,8 @@ def plot(results: list[dict[str, Any]], path: str) -> int:
     except ImportError:
         raise MissingPlotter("--plot needs matplotlib: pip install 'ropegen[bench]'") from None
     panels = series(results)
+    peers = sorted({name for lines in panels.values() for name in lines} - set(FIXED))
+    colors = {**{name: PALETTE[i % len(PALETTE)] for i, name in enumerate(peers)}, **FIXED}
     if not panels:
         raise ValueError("--plot needs results at several token counts: give --shape T=... (and N=... for RMSNorm)")
     cols = min(3, len(panels))
@@ -60,7 +61,7 @@ def plot(results: list[dict[str, Any]], path: str) -> int:
         for name, pts in sorted(lines.items()):
             xs, ys = zip(*pts)
             style = dict(linestyle="--") if name == "copy" else {}
-            ax.plot(xs, ys, marker="o", label=name, color=COLORS.get(name, "tab:cyan"), **style)
+            ax.plot(xs, ys, marker="o", label=name, color=colors[name], **style)
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} ({mode.replace('_', ' ')})", fontsize=9)
         ax.set_xlabel("tokens")
