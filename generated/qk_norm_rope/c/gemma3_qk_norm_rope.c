@@ -411,23 +411,30 @@ static inline void rg_angles(int64_t pos, rg_c *rg_cos, rg_c *rg_sin)
     }
 }
 
-/* rmsnorm over one head of q (head_dim 256): q * (1 / sqrt(mean(q^2) + epsilon)) times (1.0f + q_weight) in float, stored as f32 */
-static inline void rg_head_norm0(const float *x, const float *w, float *y)
+/* rmsnorm over one head of q (head_dim 256): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
+static inline float rg_head_norm0_inv(const float *x, int64_t head_stride)
 {
-    /* 16 partial sums (element i into sum i % 16), then a pairwise tree: a fixed order that vectorizes */
     float acc[16] = {0};
-    for (int i0 = 0; i0 + 16 <= 256; i0 += 16)
-        for (int l = 0; l < 16; ++l) {
-            const float v = rg_load_f32_f32(x[i0 + l]);
-            acc[l] += v * v;
+    for (int64_t h = 0; h < 1; ++h) {
+        const float *xh = x + h * head_stride;
+        for (int i0 = 0; i0 + 16 <= 256; i0 += 16)
+            for (int l = 0; l < 16; ++l) {
+                const float v = rg_load_f32_f32(xh[i0 + l]);
+                acc[l] += v * v;
+            }
+        for (int i = 256; i < 256; ++i) {
+            const float v = rg_load_f32_f32(xh[i]);
+            acc[i % 16] += v * v;
         }
-    for (int i = 256; i < 256; ++i) {
-        const float v = rg_load_f32_f32(x[i]);
-        acc[i % 16] += v * v;
     }
     for (int w = 8; w > 0; w /= 2)
         for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    const float inv_rms = (float)1 / sqrtf(acc[0] / 256.0f + 9.9999999747524271e-07f);
+    return (float)1 / sqrtf(acc[0] / 256.0f + 9.9999999747524271e-07f);
+}
+
+/* one head of q times its inverse root times (1.0f + q_weight) in float, stored as f32 */
+static inline void rg_head_norm0(const float *x, const float *w, float *y, float inv_rms)
+{
     for (int i = 0; i < 256; ++i) {
         const float normalized = rg_load_f32_f32(x[i]) * inv_rms;
         const float v = (float)normalized;
@@ -435,23 +442,30 @@ static inline void rg_head_norm0(const float *x, const float *w, float *y)
     }
 }
 
-/* rmsnorm over one head of k (head_dim 256): k * (1 / sqrt(mean(k^2) + epsilon)) times (1.0f + k_weight) in float, stored as f32 */
-static inline void rg_head_norm1(const float *x, const float *w, float *y)
+/* rmsnorm over one head of k (head_dim 256): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
+static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
 {
-    /* 16 partial sums (element i into sum i % 16), then a pairwise tree: a fixed order that vectorizes */
     float acc[16] = {0};
-    for (int i0 = 0; i0 + 16 <= 256; i0 += 16)
-        for (int l = 0; l < 16; ++l) {
-            const float v = rg_load_f32_f32(x[i0 + l]);
-            acc[l] += v * v;
+    for (int64_t h = 0; h < 1; ++h) {
+        const float *xh = x + h * head_stride;
+        for (int i0 = 0; i0 + 16 <= 256; i0 += 16)
+            for (int l = 0; l < 16; ++l) {
+                const float v = rg_load_f32_f32(xh[i0 + l]);
+                acc[l] += v * v;
+            }
+        for (int i = 256; i < 256; ++i) {
+            const float v = rg_load_f32_f32(xh[i]);
+            acc[i % 16] += v * v;
         }
-    for (int i = 256; i < 256; ++i) {
-        const float v = rg_load_f32_f32(x[i]);
-        acc[i % 16] += v * v;
     }
     for (int w = 8; w > 0; w /= 2)
         for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    const float inv_rms = (float)1 / sqrtf(acc[0] / 256.0f + 9.9999999747524271e-07f);
+    return (float)1 / sqrtf(acc[0] / 256.0f + 9.9999999747524271e-07f);
+}
+
+/* one head of k times its inverse root times (1.0f + k_weight) in float, stored as f32 */
+static inline void rg_head_norm1(const float *x, const float *w, float *y, float inv_rms)
+{
     for (int i = 0; i < 256; ++i) {
         const float normalized = rg_load_f32_f32(x[i]) * inv_rms;
         const float v = (float)normalized;
@@ -523,7 +537,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             float *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh);
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -554,7 +568,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             float *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh);
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -625,7 +639,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             float *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh);
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -656,7 +670,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             float *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh);
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -726,7 +740,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             float *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh);
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -757,7 +771,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             float *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh);
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;

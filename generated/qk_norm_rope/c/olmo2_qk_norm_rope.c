@@ -347,7 +347,7 @@ static inline void rg_angles(int64_t pos, rg_c *rg_cos, rg_c *rg_sin)
     }
 }
 
-/* rmsnorm over all 32 heads of a token of q (32 x 128 elements): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
+/* rmsnorm over all 32 heads of a token of q (head_dim 128): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm0_inv(const float *x, int64_t head_stride)
 {
     float acc[16] = {0};
@@ -368,7 +368,7 @@ static inline float rg_head_norm0_inv(const float *x, int64_t head_stride)
     return (float)1 / sqrtf(acc[0] / 4096.0f + 9.9999999747524271e-07f);
 }
 
-/* one head of q normalized by its token's inverse root times its row of q_weight in float, stored as f32 */
+/* one head of q times its inverse root times q_weight in float, stored as f32 */
 static inline void rg_head_norm0(const float *x, const float *w, float *y, float inv_rms)
 {
     for (int i = 0; i < 128; ++i) {
@@ -378,7 +378,7 @@ static inline void rg_head_norm0(const float *x, const float *w, float *y, float
     }
 }
 
-/* rmsnorm over all 32 heads of a token of k (32 x 128 elements): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
+/* rmsnorm over all 32 heads of a token of k (head_dim 128): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
 {
     float acc[16] = {0};
@@ -399,7 +399,7 @@ static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
     return (float)1 / sqrtf(acc[0] / 4096.0f + 9.9999999747524271e-07f);
 }
 
-/* one head of k normalized by its token's inverse root times its row of k_weight in float, stored as f32 */
+/* one head of k times its inverse root times k_weight in float, stored as f32 */
 static inline void rg_head_norm1(const float *x, const float *w, float *y, float inv_rms)
 {
     for (int i = 0; i < 128; ++i) {

@@ -337,23 +337,30 @@ static inline void rg_angles(int64_t pos, rg_c *rg_cos, rg_c *rg_sin)
     }
 }
 
-/* rmsnorm over one head of q (head_dim 64): q * (1 / sqrt(mean(q^2) + epsilon)), rounded to f16, times q_weight in float, stored as f16 */
-static inline void rg_head_norm0(const uint16_t *x, const uint16_t *w, uint16_t *y)
+/* rmsnorm over one head of q (head_dim 64): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
+static inline float rg_head_norm0_inv(const uint16_t *x, int64_t head_stride)
 {
-    /* 16 partial sums (element i into sum i % 16), then a pairwise tree: a fixed order that vectorizes */
     float acc[16] = {0};
-    for (int i0 = 0; i0 + 16 <= 64; i0 += 16)
-        for (int l = 0; l < 16; ++l) {
-            const float v = rg_load_f16_f32(x[i0 + l]);
-            acc[l] += v * v;
+    for (int64_t h = 0; h < 1; ++h) {
+        const uint16_t *xh = x + h * head_stride;
+        for (int i0 = 0; i0 + 16 <= 64; i0 += 16)
+            for (int l = 0; l < 16; ++l) {
+                const float v = rg_load_f16_f32(xh[i0 + l]);
+                acc[l] += v * v;
+            }
+        for (int i = 64; i < 64; ++i) {
+            const float v = rg_load_f16_f32(xh[i]);
+            acc[i % 16] += v * v;
         }
-    for (int i = 64; i < 64; ++i) {
-        const float v = rg_load_f16_f32(x[i]);
-        acc[i % 16] += v * v;
     }
     for (int w = 8; w > 0; w /= 2)
         for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    const float inv_rms = (float)1 / sqrtf(acc[0] / 64.0f + 9.9999997473787516e-06f);
+    return (float)1 / sqrtf(acc[0] / 64.0f + 9.9999997473787516e-06f);
+}
+
+/* one head of q times its inverse root, rounded to f16, times q_weight in float, stored as f16 */
+static inline void rg_head_norm0(const uint16_t *x, const uint16_t *w, uint16_t *y, float inv_rms)
+{
     for (int i = 0; i < 64; ++i) {
         const float normalized = rg_load_f16_f32(x[i]) * inv_rms;
         const float v = rg_load_f16_f32(rg_store_f32_f16(normalized));
@@ -361,23 +368,30 @@ static inline void rg_head_norm0(const uint16_t *x, const uint16_t *w, uint16_t 
     }
 }
 
-/* rmsnorm over one head of k (head_dim 64): k * (1 / sqrt(mean(k^2) + epsilon)), rounded to f16, times k_weight in float, stored as f16 */
-static inline void rg_head_norm1(const uint16_t *x, const uint16_t *w, uint16_t *y)
+/* rmsnorm over one head of k (head_dim 64): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
+static inline float rg_head_norm1_inv(const uint16_t *x, int64_t head_stride)
 {
-    /* 16 partial sums (element i into sum i % 16), then a pairwise tree: a fixed order that vectorizes */
     float acc[16] = {0};
-    for (int i0 = 0; i0 + 16 <= 64; i0 += 16)
-        for (int l = 0; l < 16; ++l) {
-            const float v = rg_load_f16_f32(x[i0 + l]);
-            acc[l] += v * v;
+    for (int64_t h = 0; h < 1; ++h) {
+        const uint16_t *xh = x + h * head_stride;
+        for (int i0 = 0; i0 + 16 <= 64; i0 += 16)
+            for (int l = 0; l < 16; ++l) {
+                const float v = rg_load_f16_f32(xh[i0 + l]);
+                acc[l] += v * v;
+            }
+        for (int i = 64; i < 64; ++i) {
+            const float v = rg_load_f16_f32(xh[i]);
+            acc[i % 16] += v * v;
         }
-    for (int i = 64; i < 64; ++i) {
-        const float v = rg_load_f16_f32(x[i]);
-        acc[i % 16] += v * v;
     }
     for (int w = 8; w > 0; w /= 2)
         for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    const float inv_rms = (float)1 / sqrtf(acc[0] / 64.0f + 9.9999997473787516e-06f);
+    return (float)1 / sqrtf(acc[0] / 64.0f + 9.9999997473787516e-06f);
+}
+
+/* one head of k times its inverse root, rounded to f16, times k_weight in float, stored as f16 */
+static inline void rg_head_norm1(const uint16_t *x, const uint16_t *w, uint16_t *y, float inv_rms)
+{
     for (int i = 0; i < 64; ++i) {
         const float normalized = rg_load_f16_f32(x[i]) * inv_rms;
         const float v = rg_load_f16_f32(rg_store_f32_f16(normalized));
@@ -449,7 +463,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh);
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
                 const uint16_t *rg_xh = rg_nh;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -482,7 +496,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh);
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
                 const uint16_t *rg_xh = rg_nh;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -555,7 +569,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh);
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
                 const uint16_t *rg_xh = rg_nh;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
@@ -592,7 +606,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh);
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
                 const uint16_t *rg_xh = rg_nh;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
@@ -668,7 +682,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh);
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
                 const uint16_t *rg_xh = rg_nh;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
@@ -705,7 +719,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh);
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
                 const uint16_t *rg_xh = rg_nh;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */

@@ -194,7 +194,7 @@ def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any]
         load_stash=facts.load(st, stash), store_stash=facts.store(stash, st), load_prod=facts.load(st, prod),
         load_w=facts.load(n.weight_dtype.name, prod), store_prod=facts.store(prod, st), sqrt=facts.SQRT[stash],
         n_literal=facts.LITERAL[stash](float(p.head_dim * (s_heads if n.over_heads else 1))),
-        epsilon=facts.LITERAL[stash](n.epsilon_stash), heads=s_heads, over_heads=n.over_heads,
+        epsilon=facts.LITERAL[stash](n.epsilon_stash), summed=s_heads if n.over_heads else 1, over_heads=n.over_heads,
         offset=facts.LITERAL[prod](n.weight_offset) if n.weight_offset else "",
         before_scale=n.cast == "before_scale", tail=p.head_dim // 16 * 16)
 
