@@ -229,3 +229,23 @@ def test_run_in_a_loop_keeps_every_check(llama):
     for _ in range(3):
         with pytest.raises(ValueError):
             op.run(q, k, pos.astype(np.int32), cos, sin, backend="c", threads=1)
+
+
+def test_op_run_binds_a_repeated_signature_once_even_with_a_scalar_input(monkeypatch):
+    """A bound call whose quick path declines (a rank-0 input) must not be rebuilt on every op.run."""
+    from ropegen.backends.c import call as c_call
+    op = ropegen.compile("""
+rope r { in q: f32[batch=1, seq=1, heads=4, head_dim=64] in st: i64[]
+ out y = rotate(q) pairing = neox positions = arange(start = st) angles = computed(base = 10000) }""")["r"]
+    q, st = np.ones((1, 1, 4, 64), np.float32), np.array(5)
+    made = []
+    real = c_call.BoundCall.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(1)
+        real(self, *args, **kwargs)
+    monkeypatch.setattr(c_call.BoundCall, "__init__", counting)
+    want = op.run(q, st, backend="c", threads=1)
+    for _ in range(20):
+        np.testing.assert_array_equal(op.run(q, st, backend="c", threads=1), want)
+    assert len(made) == 1

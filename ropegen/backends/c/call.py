@@ -90,9 +90,14 @@ class CKernel:
                 self.raise_status(code, b.given)
             return b.outputs
         if cache:
+            made = self._last.get(key)
             if found[-1] is self._seen.get(key):
-                # the same signature twice in a row: bind it (a loop of mixed signatures never does)
-                self._last[key] = BoundCall(self, arrays, threads, None, inplace, False, (found, fast)).forget()
+                # the same signature twice in a row: bind it (a loop of mixed signatures never does),
+                # once: a bound call whose quick path declines (a scalar input) is not rebuilt per call
+                if made is None or made.made_for is not found[-1]:
+                    bound = BoundCall(self, arrays, threads, None, inplace, False, (found, fast)).forget()
+                    bound.made_for = found[-1]
+                    self._last[key] = bound
             else:
                 self._seen[key] = found[-1]
         values, inputs, outputs = fast
@@ -150,6 +155,7 @@ class BoundCall:
     def __init__(self, kern: CKernel, arrays: Sequence, threads: int | None, out: Any, inplace: bool,
                  bare: bool, done: tuple | None = None):
         self.kern, self.bare = kern, bare
+        self.made_for = None        # the HostCall signature op.run's cache bound this for
         self.n = len(arrays)
         self.options = {"threads": threads, "out": out, "inplace": inplace}
         self.name = kern.plan.name
