@@ -196,23 +196,26 @@ static inline uchar cvt_f32_f8e4m3(float v) {
 }
 
 
-// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[e * sd], e < 64) in float: the C
-// kernel's order, 16 partial sums (element e into sum e % 16) then a pairwise tree.
-static inline float inv_rms_q_rot(__global const storage_t* x, long sd) {
+// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+static inline float inv_rms_q_rot(__global const storage_t* x, long sh, long sd) {
     float acc[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) acc[l] = 0;
-    _Pragma("clang loop vectorize(disable) interleave(disable)") for (int i0 = 0; i0 + 16 <= 64; i0 += 16) {
+    _Pragma("clang loop vectorize(disable) interleave(disable)") for (int h = 0; h < 1; ++h) {
+        __global const storage_t* xh = x + h * sh;
+        _Pragma("clang loop vectorize(disable) interleave(disable)") for (int i0 = 0; i0 + 16 <= 64; i0 += 16) {
 #pragma unroll
-        for (int l = 0; l < 16; ++l) {
-            const float v = cvt_f32_f32(x[(i0 + l) * sd]);
+            for (int l = 0; l < 16; ++l) {
+                const float v = cvt_f32_f32(xh[(i0 + l) * sd]);
+                acc[l] = add_f32(acc[l], mul_f32(v, v));
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements of the head
+            const float v = cvt_f32_f32(xh[(64 + l) * sd]);
             acc[l] = add_f32(acc[l], mul_f32(v, v));
         }
-    }
-#pragma unroll
-    for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements
-        const float v = cvt_f32_f32(x[(64 + l) * sd]);
-        acc[l] = add_f32(acc[l], mul_f32(v, v));
     }
 #pragma unroll
     for (int l = 0; l < 8; ++l) acc[l] = add_f32(acc[l], acc[l + 8]);
@@ -275,7 +278,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
         const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
         const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, 1), 1);
+            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, 1), 0, 1);
             for (int tile = 0; tile < 8; ++tile) {
                 if (tile < 8) {
         // tiles [0, 8), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
@@ -372,7 +375,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
         const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
         const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, x_q_rot_sd), x_q_rot_sd);
+            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, x_q_rot_sd), 0, x_q_rot_sd);
             for (int tile = 0; tile < 32; ++tile) {
                 if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0

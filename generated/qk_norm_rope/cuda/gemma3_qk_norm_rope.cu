@@ -244,23 +244,26 @@ __device__ __forceinline__ void exact_cos_sin(double theta, acc_t& c, acc_t& s) 
     s = angle_in(__fmul_rn(sv, 1.0f));
 }
 
-// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[e * sd], e < 256) in float: the C
-// kernel's order, 16 partial sums (element e into sum e % 16) then a pairwise tree.
-__device__ __forceinline__ float inv_rms_q_rot(const storage_t* x, long long sd) {
+// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+__device__ __forceinline__ float inv_rms_q_rot(const storage_t* x, long long sh, long long sd) {
     float acc[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) acc[l] = 0;
-    for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
+    for (int h = 0; h < 1; ++h) {
+        const storage_t* xh = x + h * sh;
+        for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
 #pragma unroll
-        for (int l = 0; l < 16; ++l) {
-            const float v = cvt<float>(x[(i0 + l) * sd]);
+            for (int l = 0; l < 16; ++l) {
+                const float v = cvt<float>(xh[(i0 + l) * sd]);
+                acc[l] = __fadd_rn(acc[l], __fmul_rn(v, v));
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements of the head
+            const float v = cvt<float>(xh[(256 + l) * sd]);
             acc[l] = __fadd_rn(acc[l], __fmul_rn(v, v));
         }
-    }
-#pragma unroll
-    for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements
-        const float v = cvt<float>(x[(256 + l) * sd]);
-        acc[l] = __fadd_rn(acc[l], __fmul_rn(v, v));
     }
 #pragma unroll
     for (int l = 0; l < 8; ++l) acc[l] = __fadd_rn(acc[l], acc[l + 8]);
@@ -279,23 +282,26 @@ __device__ __forceinline__ storage_t norm_q_rot(storage_t x, float inv_rms, floa
     return cvt<storage_t>(__fmul_rn(v, __fadd_rn(1.0f, cvt<float>(w))));
 }
 
-// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[e * sd], e < 256) in float: the C
-// kernel's order, 16 partial sums (element e into sum e % 16) then a pairwise tree.
-__device__ __forceinline__ float inv_rms_k_rot(const storage_t* x, long long sd) {
+// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+__device__ __forceinline__ float inv_rms_k_rot(const storage_t* x, long long sh, long long sd) {
     float acc[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) acc[l] = 0;
-    for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
+    for (int h = 0; h < 1; ++h) {
+        const storage_t* xh = x + h * sh;
+        for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
 #pragma unroll
-        for (int l = 0; l < 16; ++l) {
-            const float v = cvt<float>(x[(i0 + l) * sd]);
+            for (int l = 0; l < 16; ++l) {
+                const float v = cvt<float>(xh[(i0 + l) * sd]);
+                acc[l] = __fadd_rn(acc[l], __fmul_rn(v, v));
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements of the head
+            const float v = cvt<float>(xh[(256 + l) * sd]);
             acc[l] = __fadd_rn(acc[l], __fmul_rn(v, v));
         }
-    }
-#pragma unroll
-    for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements
-        const float v = cvt<float>(x[(256 + l) * sd]);
-        acc[l] = __fadd_rn(acc[l], __fmul_rn(v, v));
     }
 #pragma unroll
     for (int l = 0; l < 8; ++l) acc[l] = __fadd_rn(acc[l], acc[l + 8]);
@@ -362,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
         const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
         const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset<1>(hr, x_q_rot_sh, 1), 1);
+            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset<1>(hr, x_q_rot_sh, 1), 0, 1);
             for (int tile = 0; tile < 32; ++tile) {
                 if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
@@ -418,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
         const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
         const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset<1>(hr, x_k_rot_sh, 1), 1);
+            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset<1>(hr, x_k_rot_sh, 1), 0, 1);
             for (int tile = 0; tile < 32; ++tile) {
                 if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
@@ -521,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_scalar(
         const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
         const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset<1>(hr, x_q_rot_sh, x_q_rot_sd), x_q_rot_sd);
+            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset<1>(hr, x_q_rot_sh, x_q_rot_sd), 0, x_q_rot_sd);
             for (int tile = 0; tile < 128; ++tile) {
                 if (tile < 128) {
         // tiles [0, 128), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
@@ -568,7 +574,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_scalar(
         const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
         const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset<1>(hr, x_k_rot_sh, x_k_rot_sd), x_k_rot_sd);
+            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset<1>(hr, x_k_rot_sh, x_k_rot_sd), 0, x_k_rot_sd);
             for (int tile = 0; tile < 128; ++tile) {
                 if (tile < 128) {
         // tiles [0, 128), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0

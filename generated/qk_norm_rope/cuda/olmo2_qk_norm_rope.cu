@@ -180,8 +180,8 @@ __device__ __forceinline__ void exact_cos_sin(double theta, acc_t& c, acc_t& s) 
     s = angle_in(__fmul_rn(sv, 1.0f));
 }
 
-// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float: the C
-// kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
 __device__ __forceinline__ float inv_rms_q_rot(const storage_t* x, long long sh, long long sd) {
     float acc[16];
 #pragma unroll
@@ -218,8 +218,8 @@ __device__ __forceinline__ storage_t norm_q_rot(storage_t x, float inv_rms, floa
     return cvt<storage_t>(__fmul_rn(v, cvt<float>(w)));
 }
 
-// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float: the C
-// kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
 __device__ __forceinline__ float inv_rms_k_rot(const storage_t* x, long long sh, long long sd) {
     float acc[16];
 #pragma unroll

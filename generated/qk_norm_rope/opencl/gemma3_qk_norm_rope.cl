@@ -270,23 +270,26 @@ static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
     *s = angle_in(mul_f32(sv, 1.0f));
 }
 
-// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[e * sd], e < 256) in float: the C
-// kernel's order, 16 partial sums (element e into sum e % 16) then a pairwise tree.
-static inline float inv_rms_q_rot(__global const storage_t* x, long sd) {
+// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+static inline float inv_rms_q_rot(__global const storage_t* x, long sh, long sd) {
     float acc[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) acc[l] = 0;
-    _Pragma("clang loop vectorize(disable) interleave(disable)") for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
+    _Pragma("clang loop vectorize(disable) interleave(disable)") for (int h = 0; h < 1; ++h) {
+        __global const storage_t* xh = x + h * sh;
+        _Pragma("clang loop vectorize(disable) interleave(disable)") for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
 #pragma unroll
-        for (int l = 0; l < 16; ++l) {
-            const float v = cvt_f32_f32(x[(i0 + l) * sd]);
+            for (int l = 0; l < 16; ++l) {
+                const float v = cvt_f32_f32(xh[(i0 + l) * sd]);
+                acc[l] = add_f32(acc[l], mul_f32(v, v));
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements of the head
+            const float v = cvt_f32_f32(xh[(256 + l) * sd]);
             acc[l] = add_f32(acc[l], mul_f32(v, v));
         }
-    }
-#pragma unroll
-    for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements
-        const float v = cvt_f32_f32(x[(256 + l) * sd]);
-        acc[l] = add_f32(acc[l], mul_f32(v, v));
     }
 #pragma unroll
     for (int l = 0; l < 8; ++l) acc[l] = add_f32(acc[l], acc[l + 8]);
@@ -305,23 +308,26 @@ static inline storage_t norm_q_rot(storage_t x, float inv_rms, float w) {
     return cvt_f32_f32(mul_f32(v, add_f32(1.0f, cvt_f32_f32(w))));
 }
 
-// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[e * sd], e < 256) in float: the C
-// kernel's order, 16 partial sums (element e into sum e % 16) then a pairwise tree.
-static inline float inv_rms_k_rot(__global const storage_t* x, long sd) {
+// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over one head (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+static inline float inv_rms_k_rot(__global const storage_t* x, long sh, long sd) {
     float acc[16];
 #pragma unroll
     for (int l = 0; l < 16; ++l) acc[l] = 0;
-    _Pragma("clang loop vectorize(disable) interleave(disable)") for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
+    _Pragma("clang loop vectorize(disable) interleave(disable)") for (int h = 0; h < 1; ++h) {
+        __global const storage_t* xh = x + h * sh;
+        _Pragma("clang loop vectorize(disable) interleave(disable)") for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
 #pragma unroll
-        for (int l = 0; l < 16; ++l) {
-            const float v = cvt_f32_f32(x[(i0 + l) * sd]);
+            for (int l = 0; l < 16; ++l) {
+                const float v = cvt_f32_f32(xh[(i0 + l) * sd]);
+                acc[l] = add_f32(acc[l], mul_f32(v, v));
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements of the head
+            const float v = cvt_f32_f32(xh[(256 + l) * sd]);
             acc[l] = add_f32(acc[l], mul_f32(v, v));
         }
-    }
-#pragma unroll
-    for (int l = 0; l < 0; ++l) {   // the last head_dim % 16 elements
-        const float v = cvt_f32_f32(x[(256 + l) * sd]);
-        acc[l] = add_f32(acc[l], mul_f32(v, v));
     }
 #pragma unroll
     for (int l = 0; l < 8; ++l) acc[l] = add_f32(acc[l], acc[l + 8]);
@@ -394,7 +400,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void gemma3_qk_norm_ro
         const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
         const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, 1), 1);
+            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, 1), 0, 1);
             for (int tile = 0; tile < 32; ++tile) {
                 if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
@@ -450,7 +456,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void gemma3_qk_norm_ro
         const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
         const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset_1(hr, x_k_rot_sh, 1), 1);
+            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset_1(hr, x_k_rot_sh, 1), 0, 1);
             for (int tile = 0; tile < 32; ++tile) {
                 if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
@@ -560,7 +566,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void gemma3_qk_norm_ro
         const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
         const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, x_q_rot_sd), x_q_rot_sd);
+            const float inv = inv_rms_q_rot(x_q_rot + xb + head_offset_1(hr, x_q_rot_sh, x_q_rot_sd), 0, x_q_rot_sd);
             for (int tile = 0; tile < 128; ++tile) {
                 if (tile < 128) {
         // tiles [0, 128), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
@@ -607,7 +613,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void gemma3_qk_norm_ro
         const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
         const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
         for (int hr = lo_h; hr < hi_h; hr += 1) {   // one real head
-            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset_1(hr, x_k_rot_sh, x_k_rot_sd), x_k_rot_sd);
+            const float inv = inv_rms_k_rot(x_k_rot + xb + head_offset_1(hr, x_k_rot_sh, x_k_rot_sd), 0, x_k_rot_sd);
             for (int tile = 0; tile < 128; ++tile) {
                 if (tile < 128) {
         // tiles [0, 128), i = tile - 0: 2 vector(s) at unit offsets (0, 128) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0

@@ -206,8 +206,8 @@ static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
     *s = angle_in(mul_f32(sv, 1.0f));
 }
 
-// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float: the C
-// kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+// q -> q_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
 static inline float inv_rms_q_rot(__global const storage_t* x, long sh, long sd) {
     float acc[16];
 #pragma unroll
@@ -244,8 +244,8 @@ static inline storage_t norm_q_rot(storage_t x, float inv_rms, float w) {
     return cvt_f32_f32(mul_f32(v, cvt_f32_f32(w)));
 }
 
-// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float: the C
-// kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
+// k -> k_rot: 1 / sqrt(mean(x^2) + epsilon) over all 32 heads of a token (x[h * sh + e * sd]) in float:
+// the C kernel's order, head by head, 16 partial sums (element e of each head into sum e % 16) then a pairwise tree.
 static inline float inv_rms_k_rot(__global const storage_t* x, long sh, long sd) {
     float acc[16];
 #pragma unroll
