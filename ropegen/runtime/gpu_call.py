@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ropegen.lower import status, strides
+from ropegen.lower.gpu.abi import rms_row_roles
 from ropegen.lower.gpu import (Launch, RmsCfg, RopeCfg, RopeKernel, rms_launch, rms_vector_ok, rope_launch,
                                rope_vector_ok)
 from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
@@ -229,7 +230,8 @@ class RmsRunner:
         xa, sa = call.inputs[p.x_name], call.inputs[p.scale_name]
         if not sa.c_contiguous:
             raise ValueError(f"{p.scale_name}: the scale must be C-contiguous")
-        # every row-indexed array with its own row stride: y may be x itself (in place), h the residual
+        # every row-indexed array with its own row stride, in rms_row_roles' order: y may be x itself
+        # (in place), h the residual
         rowed = [(p.x_name, xa)]
         if p.residual:
             rowed.append((p.residual, call.inputs[p.residual]))
@@ -238,8 +240,8 @@ class RmsRunner:
         outer_shape = xa.shape[:len(xa.shape) - len(p.norm_shape)]
         rows = int(np.prod(outer_shape)) if outer_shape else 1
         k = cfg.vec if rms_vector_ok(cfg.vec, [(a.ptr, a.itemsize) for _, a in rowed], strides) else cfg.scalar
-        roles = ("x", "r", "y", "h") if p.residual else ("x", "y")
-        args = call.values(k.params, launch={"rows": rows, **{f"{r}_row_stride": s for r, s in zip(roles, strides)}})
+        args = call.values(k.params, launch={"rows": rows, **{f"{r}_row_stride": s
+                                                              for r, s in zip(rms_row_roles(p), strides)}})
         if rows:
             self.launch(mem, k, rms_launch(k, rows), args)
         return call.returned()

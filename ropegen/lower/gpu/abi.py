@@ -108,6 +108,12 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
     return tuple(ps)
 
 
+def rms_row_roles(p: RmsNormPlan) -> tuple[str, ...]:
+    """The row-indexed arrays of an RMSNorm kernel, in parameter order: x[, residual], y[, h] (each
+    passes its row stride as the launch quantity "<role>_row_stride")."""
+    return ("x", "r", "y", "h") if p.residual else ("x", "y")
+
+
 def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
     """The RMSNorm kernels' parameters: x[, residual], scale, y[, h][, fp8 quant scale], the rows and
     each row-indexed array's row stride (x, residual, y, h: each may be spaced out, and y or h may be
@@ -122,6 +128,5 @@ def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
     if p.quant_scale and p.quant_scale not in (x, scale, res):   # f32[1]: entry 0
         ps.append(_in(param, "t_" + p.quant_scale, p.quant_scale, DTYPES["f32"]))
     ps.append(_int(param, "n_rows", ("launch", "rows")))
-    roles = ("x", "r", "y", "h") if res else ("x", "y")
-    ps += [_int(param, f"{r}_row_stride", ("launch", f"{r}_row_stride")) for r in roles]
+    ps += [_int(param, f"{r}_row_stride", ("launch", f"{r}_row_stride")) for r in rms_row_roles(p)]
     return tuple(ps)
