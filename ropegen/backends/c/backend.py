@@ -24,6 +24,7 @@ from ropegen.backends.c.context import rms_context, rope_context
 from ropegen.lower.status import STATUSES
 from ropegen.render import render
 from ropegen.resources import templates_dir
+from ropegen.runtime import cache
 
 if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
     from ropegen.ops.plan import Plan
@@ -110,10 +111,9 @@ def _sources_path(plan: Plan, spec_file: str) -> Path | None:
     if "..." in text or " at 0x" in text:
         return None
     try:
-        stamp = _code_stamp()
-    except OSError:
+        key = cache.key("sources", (_code_stamp(),), (), {"spec": spec_file, "plan": text}, 24)
+    except (OSError, UnicodeEncodeError):     # an unreadable tree, or a file name no UTF-8 spells
         return None
-    key = hashlib.sha256("\0".join((stamp, spec_file, text)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
     return cbuild.cache_dir() / "sources" / f"{plan.name}-{key}.json"
 
 
@@ -139,4 +139,4 @@ def _write_sources(path: Path, files: dict[str, str]) -> None:
 
 
 def _digest(files: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
+    return cache.digest(json.dumps(files, sort_keys=True).encode("utf-8", "surrogateescape"))
