@@ -107,7 +107,8 @@ HARNESS = r"""
 #if RG_DISPATCH
 #define RUNS(ISA) \
     void h_in_##ISA(const uint16_t *s, float *d, int n) {{ rg_f16_in_##ISA(d, s, n); }} \
-    void h_out_##ISA(const float *s, uint16_t *d, int n) {{ rg_f16_out_##ISA(d, s, n); }}
+    void h_out_##ISA(const float *s, uint16_t *d, int n) {{ rg_f16_out_##ISA(d, s, n, 0); }} \
+    void h_nt_##ISA(const float *s, uint16_t *d, int n) {{ rg_f16_out_##ISA(d, s, n, 1); _mm_sfence(); }}
 RUNS(avx2)
 RUNS(avx512)
 #endif
@@ -123,7 +124,7 @@ int h_isa(void) {{
 
 @pytest.fixture(scope="module")
 def runs():
-    src = HARNESS.format(dtypes=render("c/_dtypes.inc.j2"), dispatch=render("c/_dispatch.inc.j2", f16c=True))
+    src = HARNESS.format(dtypes=render("c/_dtypes.inc.j2"), dispatch=render("c/_dispatch.inc.j2", wide="f16"))
     lib = cbuild.load_library(cbuild.build({"f16c_harness.c": src}, "f16c-harness"))
     best = lib.h_isa()
     if best < 1:
@@ -136,7 +137,11 @@ def runs():
                          ctypes.c_int(x.size if n is None else n))
         return y
 
+    def into(fn: str, x: np.ndarray, y: np.ndarray) -> None:
+        getattr(lib, fn)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.c_int(x.size))
+
     call.isas = ("avx2", "avx512") if best >= 2 else ("avx2",)
+    call.into = into
     return call
 
 
@@ -188,3 +193,17 @@ def test_narrowing_many_32_bit_patterns(runs):
         with np.errstate(invalid="ignore", over="ignore"):
             assert np.array_equal(got[ok], x[ok].astype(np.float16).view(np.uint16))
         assert quiet.sum() > 1000 and not np.array_equal(got[quiet], x[quiet].astype(np.float16).view(np.uint16))
+
+
+def test_narrowing_with_non_temporal_stores(runs):
+    """The streaming form (nt = 1) stores the same bits, at a 16-byte aligned destination and at one
+    that is not (those stores fall back to ordinary ones: a non-temporal store there would fault)."""
+    x = _f32_patterns()[:200_003]
+    for isa in runs.isas:
+        want = runs(f"h_out_{isa}", x, np.uint16)
+        for skew in (0, 1, 3):
+            buf = np.zeros(x.size + 16, dtype=np.uint16)
+            at = (-buf.ctypes.data // 2) % 8 + skew          # elements to the first aligned one, + skew
+            y = buf[at:at + x.size]
+            runs.into(f"h_nt_{isa}", x, y)
+            assert _same_bits(y, want), (isa, skew)

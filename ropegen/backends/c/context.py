@@ -142,17 +142,18 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     )
     ctx.update(angles(p, p.angles, arith, params))
     ctx.update(_rope_quant(p, arith))
-    ctx.update(_f16c(p, arith, ctx["fp8"]))
+    ctx.update(_wide(p, arith, ctx["fp8"]))
     return ctx
 
 
-def _f16c(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
-    """f16 storage rotated in float: the AVX2 / AVX-512 variants convert whole runs with F16C (GCC
-    does not vectorise the software conversions), and each unit's rotated ranges are converted back
-    (the passthrough elements are copied as raw bits): f16c_ranges, (first, count) within a unit.
-    Other kernels print exactly as before."""
-    if p.storage.name != "f16" or fp8 or arith not in ("f32", "f16r"):
-        return dict(f16c=False)
+def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
+    """f16 and bf16 storage rotated in float: the AVX2 / AVX-512 variants convert whole runs with
+    vector instructions (F16C for f16; a shift in, an integer round to nearest even out for bf16),
+    because GCC does not vectorise the software conversions, and each unit's rotated ranges are
+    converted back (the passthrough elements are copied as raw bits): wide_ranges, (first, count)
+    within a unit. `wide` names the storage type ('' where the kernel prints as before)."""
+    if p.storage.name not in ("f16", "bf16") or fp8 or arith not in ("f32", p.storage.name + "r"):
+        return dict(wide="")
     ranges, at = [], 0
     for lo, hi in sorted(p.passthrough):
         if lo > at:
@@ -160,7 +161,7 @@ def _f16c(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         at = max(at, hi)
     if at < p.unit:
         ranges.append((at, p.unit))
-    return dict(f16c=True, f16c_ranges=[(lo, hi - lo) for lo, hi in ranges])   # (first, count)
+    return dict(wide=p.storage.name, wide_ranges=[(lo, hi - lo) for lo, hi in ranges])   # (first, count)
 
 
 def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:
