@@ -207,6 +207,20 @@ def rms_product_name(p: RmsNormPlan) -> str:
     return p.product.name
 
 
+def _halvings(n: int) -> list[int]:
+    """The widths of a pairwise tree over n (a power of two) partial sums: n/2, n/4, ..., 1."""
+    return [n >> k for k in range(1, n.bit_length())]
+
+
+def _rms_block(lanes: int, n: int) -> int:
+    """Elements per summation block: 64 vectors, or for a shorter row the whole multiple of the four
+    accumulators' width in it, so that a row of 128 is summed by the vector loop rather than the
+    scalar tail. The bits do not change: a row shorter than 64 vectors is one block, whose sums join
+    totals that are still zero (exactly), then the tail, in the order the tail alone would take."""
+    sums = 4 * lanes
+    return min(lanes * 64, max(sums, n // sums * sums))
+
+
 def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     params = rms_abi(p)
     stash = p.stash.name
@@ -237,7 +251,7 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         weight_offset=facts.LITERAL[product](p.weight_offset) if p.weight_offset else "",
         epsilon=literal(p.epsilon_stash), n_literal=literal(float(p.norm_size)),
         rows=[_size(a.size, params) for a in p.ir.x.axes[:p.axis]],
-        lanes=lanes, block=lanes * 64, fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
+        lanes=lanes, block=_rms_block(lanes, p.norm_size), fold_widths=_halvings(4 * lanes), fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
         sqrt_fn=facts.SQRT[stash], symbol_params=[q for q in params if q.kind == "dim"],
         threads=params[-1].c_name, full_scale=full_scale,
         chunk_rows=max(1, CHUNK_BYTES // max(1, p.norm_size * p.x.itemsize)),
