@@ -24,15 +24,26 @@ def resolve_targets(requested: str | None) -> tuple[str, ...]:
     return names
 
 
+def spec_files(program: Program, target: str) -> dict[str, str]:
+    """The target's files for the whole spec (a build script naming every operator's sources), from
+    its optional `spec_sources` hook; a target without one writes only its operators' files."""
+    hook = getattr(backends.get(target), "spec_sources", None)
+    if hook is None:
+        return {}
+    return hook([(op.plan, op.sources[target]) for op in program], program.spec.file)
+
+
 def write_program(program: Program, out_dir: Path, targets: tuple[str, ...]) -> list[Path]:
-    """out_dir/<target>/<file> for every operator; returns the paths written."""
+    """out_dir/<target>/<file> for every operator, then the target's files for the whole spec;
+    returns the paths written."""
     written = []
     for target in targets:
-        for op in program:
-            for name, text in sorted(op.sources[target].items()):
-                path = out_dir / target / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "w", encoding="utf-8", newline="\n") as f:
-                    f.write(text)
-                written.append(path)
+        files = [sorted(op.sources[target].items()) for op in program]
+        files.append(sorted(spec_files(program, target).items()))
+        for name, text in (item for group in files for item in group):
+            path = out_dir / target / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
+            written.append(path)
     return written

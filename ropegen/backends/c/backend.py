@@ -1,4 +1,5 @@
-"""The C backend: one C11 header + source per operator, built on demand and called through ctypes.
+"""The C backend: one C11 header + source per operator, built on demand and called through ctypes,
+and per spec a CMakeLists.txt + pkg-config template that make those sources one library for C/C++ builds.
 
 Rendered sources are kept in the build cache (`sources/`), keyed by the plan, the spec's file name,
 the C templates' text and the ropegen code's files (name, mtime, size): a process that loads a
@@ -10,8 +11,9 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import ropegen
@@ -22,12 +24,16 @@ from ropegen.backends.c.abi import C_KEYWORDS, abi, function_name
 from ropegen.backends.c.call import CKernel
 from ropegen.backends.c.context import rms_context, rope_context
 from ropegen.lower.status import STATUSES
-from ropegen.render import render
+from ropegen.render import provenance, render
+from ropegen.spec.limits import MAX_NAME
 from ropegen.resources import templates_dir
 from ropegen.runtime import cache
 
 if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
     from ropegen.ops.plan import Plan
+
+# build.py's fallback when the compiler has no OpenMP runtime: `omp simd` loops without threads.
+OPENMP_SIMD_FLAG = "-fopenmp-simd"
 
 # The render context of each operator kind (the plan's `.kind` word).
 CONTEXTS = {"rope": rope_context, "rmsnorm": rms_context}
@@ -61,6 +67,15 @@ class CBackend(Backend):
         ctx = self.context(plan)
         return {"driver.c": render("c/driver.c.j2", p=plan, header=self.header(plan, spec_file), **ctx)}
 
+    def spec_sources(self, ops: list[tuple[Plan, dict[str, str]]], spec_file: str) -> dict[str, str]:
+        """The files for a whole spec beside its operators' (plan, sources): a CMakeLists.txt making every
+        operator's .c one library, ropegen_<spec> (ALIAS ropegen::<spec>), and its pkg-config template."""
+        if not ops:
+            return {}
+        ctx = cmake_context([plan for plan, _ in ops], [files for _, files in ops], spec_file)
+        return {"CMakeLists.txt": render("c/CMakeLists.txt.j2", **ctx),
+                ctx["pc_in"]: render("c/library.pc.in.j2", **ctx)}
+
     def unavailable(self) -> str | None:
         try:
             cbuild.check_usable()
@@ -80,6 +95,37 @@ class CBackend(Backend):
         func.restype = ctypes.c_int
         func.argtypes = [q.ctype for q in params]
         return CKernel(plan, func, params)
+
+
+def library_name(spec_file: str, plans: list[Plan]) -> str:
+    """The spec's library word: its file's stem (the folder `ropegen compile` writes into) as CMake and
+    pkg-config spell a name, no longer than an operator's (it becomes file names too); the first
+    operator's name for a spec given as text."""
+    stem = PurePosixPath(spec_file.replace("\\", "/")).stem
+    word = re.sub(r"[^A-Za-z0-9_]+", "_", stem).strip("_")[:MAX_NAME]
+    return word if word and not spec_file.startswith("<") else plans[0].name
+
+
+def cmake_context(plans: list[Plan], files: list[dict[str, str]], spec_file: str) -> dict:
+    """What templates/c/CMakeLists.txt.j2 and library.pc.in.j2 print. The flags are build.py's one list,
+    split by who sets each in CMake: the language standard is the target's C_STANDARD property, the
+    optimisation level the user's build type (ours only when none is chosen), the rest numerics."""
+    word = library_name(spec_file, plans)
+    flags = cbuild.PINNED_FLAGS
+    std = [f for f in flags if f.startswith("-std=c")]
+    opt = [f for f in flags if f.startswith("-O")]
+    if len(std) != 1 or len(opt) != 1:
+        raise RuntimeError(f"build.py's pinned flags {flags} need one -std=cNN and one -O level")
+    names = [p.name for p in plans]
+    header = provenance("#", spec_file, plans[0].spec_sha256, "', '".join(names))
+    return {"header": header, "spec_file": PurePosixPath(spec_file.replace("\\", "/")).name,
+            "target": f"ropegen_{word}", "alias": f"ropegen::{word}", "pc_in": f"ropegen_{word}.pc.in",
+            "operators": names,
+            "sources": sorted(n for f in files for n in f if n.endswith(".c")),
+            "headers": sorted(n for f in files for n in f if n.endswith(".h")),
+            "c_standard": std[0].removeprefix("-std=c"), "optimize_flag": opt[0],
+            "numerics_flags": [f for f in flags if f not in std and f not in opt],
+            "simd_flag": OPENMP_SIMD_FLAG}
 
 
 @lru_cache(maxsize=1)
