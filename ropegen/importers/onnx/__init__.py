@@ -1,4 +1,6 @@
-"""The ONNX importer: RotaryEmbedding-23 and RMSNormalization-23 nodes as `.rope` specs.
+"""The ONNX importer: RotaryEmbedding-23 and RMSNormalization-23 nodes, and ONNX Runtime's contrib ops that
+GenAI / Olive exports use (com.microsoft RotaryEmbedding, SimplifiedLayerNormalization,
+SkipSimplifiedLayerNormalization), as `.rope` specs.
 
 ONNX describes these two operators by attributes plus the shapes and types of their inputs; a
 `.rope` spec spells both out. This module turns one node, given concrete input types, into the
@@ -16,11 +18,17 @@ How ONNX maps onto the language:
 * RMSNormalization: axis, epsilon (printed as the exact float32 attribute value), stash_type
   (1 -> `stash = f32`, 11 -> `stash = f64`); X and scale may differ in type, Y takes scale's.
 
+* The contrib ops: see ms_rotary.py and ms_norm.py (SimplifiedLayerNormalization is RMSNormalization with
+  `cast = after_scale`; SkipSimplifiedLayerNormalization adds `residual = skip`, `residual_add = stash`).
+  GroupQueryAttention with do_rotary = 1 is refused (its positions depend on the call's seqlens_k).
+* Symbolic dims (dim_param) become spec symbols; import_model(fix=...) pins named ones first.
+
 Every problem the importer can see (an unknown shape, an unsupported attribute, type or opset)
 is a ValueError whose message names the node; the CLI prints it as a user error.
 
-The jobs: common.py (opset, type tables, shared checks, spec layout), rotary.py and rmsnorm.py (one node
--> spec text each), node.py (spec_for_node, run_node), model.py (import_model).
+The jobs: common.py (opset, type tables, shared checks, spec layout), rotary.py, rmsnorm.py, ms_rotary.py and
+ms_norm.py (one node -> spec text each), node.py (spec_for_node, run_node), graph.py (symbolic dims and `fix`,
+skipped nodes, GroupQueryAttention), model.py (import_model).
 """
 from ropegen.importers.onnx.common import OPSET, SUPPORTED_OPS, OnnxUnavailable, TensorType
 from ropegen.importers.onnx.model import import_model

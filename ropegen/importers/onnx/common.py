@@ -1,5 +1,6 @@
-"""What the ONNX node importers share: the opset, the type and attribute tables of RotaryEmbedding-23
-and RMSNormalization-23, the checks of attributes, input slots and sizes, and the layout of spec text."""
+"""What the ONNX node importers share: the opset, the type and attribute tables of RotaryEmbedding-23,
+RMSNormalization-23 and the ONNX Runtime contrib ops (com.microsoft RotaryEmbedding, SimplifiedLayerNormalization,
+SkipSimplifiedLayerNormalization), the checks of attributes, input slots and sizes, and the layout of spec text."""
 from __future__ import annotations
 
 import re
@@ -19,6 +20,16 @@ TensorType = tuple[str, tuple[Size, ...]]      # (ropegen dtype name, shape)
 OPSET = 23
 SUPPORTED_OPS = ("RotaryEmbedding", "RMSNormalization")
 DEFAULT_DOMAINS = ("", "ai.onnx")
+MS_DOMAIN = "com.microsoft"
+# ONNX Runtime's contrib ops (what ONNX Runtime GenAI and Olive export), by the key the tables below use:
+# com.microsoft RotaryEmbedding shares its op_type with RotaryEmbedding-23, so it has a key of its own.
+MS_ROTARY = "com.microsoft.RotaryEmbedding"
+CONTRIB_OPS = {(MS_DOMAIN, "RotaryEmbedding"): MS_ROTARY,
+               # ORT registers SimplifiedLayerNormalization in the default domain (not in com.microsoft)
+               ("", "SimplifiedLayerNormalization"): "SimplifiedLayerNormalization",
+               ("ai.onnx", "SimplifiedLayerNormalization"): "SimplifiedLayerNormalization",
+               (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): "SkipSimplifiedLayerNormalization"}
+IMPORTED_OPS = (*SUPPORTED_OPS, "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 # TensorProto.DataType -> ropegen dtype name (only the types these two operators can carry).
 ONNX_DTYPES: dict[int, str] = {d.onnx: d.name for d in DTYPES.values() if d.name != "u32"}
@@ -29,19 +40,33 @@ STASH_TYPES: dict[int, str] = {1: "f32", 11: "f64"}
 
 # AttributeProto.AttributeType values (kept here so spec_for_node needs no onnx import)
 _ATTR_FLOAT, _ATTR_INT = 1, 2
+_NORM_ATTRS = {"axis": _ATTR_INT, "epsilon": _ATTR_FLOAT, "stash_type": _ATTR_INT}
 _ATTRS: dict[str, dict[str, int]] = {
     "RotaryEmbedding": {"interleaved": _ATTR_INT, "rotary_embedding_dim": _ATTR_INT, "num_heads": _ATTR_INT},
-    "RMSNormalization": {"axis": _ATTR_INT, "epsilon": _ATTR_FLOAT, "stash_type": _ATTR_INT},
+    "RMSNormalization": _NORM_ATTRS,
+    MS_ROTARY: {"interleaved": _ATTR_INT, "rotary_embedding_dim": _ATTR_INT, "num_heads": _ATTR_INT,
+                "is_packed_batching": _ATTR_INT, "scale": _ATTR_FLOAT},
+    "SimplifiedLayerNormalization": _NORM_ATTRS,
+    "SkipSimplifiedLayerNormalization": {"epsilon": _ATTR_FLOAT},
 }
 _INPUTS = {"RotaryEmbedding": ("X", "cos_cache", "sin_cache", "position_ids"),
-           "RMSNormalization": ("X", "scale")}
-_REQUIRED = {"RotaryEmbedding": 3, "RMSNormalization": 2}
+           "RMSNormalization": ("X", "scale"),
+           MS_ROTARY: ("input", "position_ids", "cos_cache", "sin_cache"),
+           "SimplifiedLayerNormalization": ("X", "scale"),
+           "SkipSimplifiedLayerNormalization": ("input", "skip", "gamma", "bias")}
+_REQUIRED = {"RotaryEmbedding": 3, "RMSNormalization": 2, MS_ROTARY: 4, "SimplifiedLayerNormalization": 2,
+             "SkipSimplifiedLayerNormalization": 3}
+# the version each key's tables describe, for messages
+_VERSIONS = {"RotaryEmbedding": f"RotaryEmbedding-{OPSET}", "RMSNormalization": f"RMSNormalization-{OPSET}",
+             MS_ROTARY: "com.microsoft RotaryEmbedding-1",
+             "SimplifiedLayerNormalization": "SimplifiedLayerNormalization-1",
+             "SkipSimplifiedLayerNormalization": "com.microsoft SkipSimplifiedLayerNormalization-1"}
 # ONNX's default epsilon, 1e-5, as the float32 an attribute would hold
 _DEFAULT_EPSILON = float(np.float32(1e-5))
 
 # Tensor names in generated specs: none of them is in any target's reserved words.
 _ROPE_NAMES = ("x", "cos_cache", "sin_cache", "position_ids")
-_RMS_NAMES = ("x", "scale")
+_RMS_NAMES = ("x", "scale", "skip", "h")
 _OUT = "y"
 
 
@@ -58,17 +83,26 @@ def _require_onnx():
     return onnx
 
 
+def op_key(node: "onnx.NodeProto") -> Optional[str]:
+    """The key of the tables above for a node the importer reads; None for any other node."""
+    if node.domain in DEFAULT_DOMAINS and node.op_type in SUPPORTED_OPS:
+        return node.op_type
+    return CONTRIB_OPS.get((node.domain, node.op_type))
+
+
 def _where(node: "onnx.NodeProto") -> str:
-    return f"{node.op_type} node '{node.name}'" if node.name else f"{node.op_type} node"
+    op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+    return f"{op} node '{node.name}'" if node.name else f"{op} node"
 
 
 def _attributes(node: "onnx.NodeProto") -> dict[str, Any]:
-    """The node's attributes as Python values, rejecting anything RotaryEmbedding/RMSNormalization-23 lacks."""
-    allowed = _ATTRS[node.op_type]
+    """The node's attributes as Python values, rejecting anything its operator's version lacks."""
+    key = op_key(node)
+    allowed = _ATTRS[key]
     out: dict[str, Any] = {}
     for a in node.attribute:
         if a.name not in allowed:
-            raise ValueError(f"{_where(node)}: '{a.name}' is not an attribute of {node.op_type}-{OPSET} "
+            raise ValueError(f"{_where(node)}: '{a.name}' is not an attribute of {_VERSIONS[key]} "
                              f"(it has: {', '.join(allowed)})")
         if a.ref_attr_name:
             raise ValueError(f"{_where(node)}: attribute '{a.name}' refers to the function attribute "
@@ -89,9 +123,10 @@ def _slots(node: "onnx.NodeProto", items: Sequence[Any], what: str) -> list[Any]
     the layout of ONNX backend-test data sets.
     """
     names = list(node.input)
-    slots = _INPUTS[node.op_type]
+    key = op_key(node)
+    slots = _INPUTS[key]
     if len(names) > len(slots):
-        raise ValueError(f"{_where(node)}: {len(names)} inputs; {node.op_type}-{OPSET} takes at most {len(slots)}")
+        raise ValueError(f"{_where(node)}: {len(names)} inputs; {_VERSIONS[key]} takes at most {len(slots)}")
     present = [i for i, n in enumerate(names) if n]
     items = list(items)
     if len(items) == len(slots) > len(names) and all(it is None for it in items[len(names):]):
@@ -109,7 +144,7 @@ def _slots(node: "onnx.NodeProto", items: Sequence[Any], what: str) -> list[Any]
     for i in range(len(slots)):
         if i < len(names) and names[i] and aligned[i] is None:
             raise ValueError(f"{_where(node)}: no {what[:-1]} given for input '{names[i]}' ({slots[i]})")
-    for i in range(_REQUIRED[node.op_type]):
+    for i in range(_REQUIRED[key]):
         if aligned[i] is None:
             raise ValueError(f"{_where(node)}: the required input {slots[i]} is missing")
     return aligned
@@ -122,7 +157,8 @@ def _fmt_shape(shape: Sequence[Size]) -> str:
 def _int_dim(node: "onnx.NodeProto", d: Size, what: str) -> int:
     if not isinstance(d, int):
         raise ValueError(f"{_where(node)}: {what} is '{d}'; it must be a known integer "
-                         f"(ropegen specialises kernels on it)")
+                         f"(ropegen specialises kernels on it): pin the model's symbolic dimension with "
+                         f"fix={{'NAME': SIZE}} (`--fix NAME=SIZE`)")
     return d
 
 

@@ -1,14 +1,18 @@
-"""A whole ONNX model -> one `.rope` spec file per RotaryEmbedding / RMSNormalization node: the model's
-value types after shape inference, the opset check, names for specs and symbols (`import_model`)."""
+"""A whole ONNX model -> one `.rope` spec file per RoPE / RMSNorm node (RotaryEmbedding-23, RMSNormalization-23
+and ONNX Runtime's contrib ops): the model's value types after shape inference, the opset check, names for
+specs and symbols (`import_model`)."""
 from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
 
-from ropegen.importers.onnx.common import (_INPUTS, _OUT, _RMS_NAMES, _ROPE_NAMES, DEFAULT_DOMAINS, ONNX_DTYPES,
-                                           OPSET, SUPPORTED_OPS, TensorType, _fmt_shape, _require_onnx, _where)
+from ropegen.importers.onnx.common import (_INPUTS, _OUT, _RMS_NAMES, _ROPE_NAMES, DEFAULT_DOMAINS, IMPORTED_OPS,
+                                           ONNX_DTYPES, OPSET, SUPPORTED_OPS, TensorType, _fmt_shape, _require_onnx,
+                                           _where, op_key)
+from ropegen.importers.onnx.graph import gqa_rotary_error, ort_inferred, pin_dims, skip_summary
 from ropegen.importers.onnx.node import spec_for_node
 from ropegen.spec.sema import reserved_words
 
@@ -56,6 +60,22 @@ def _value_types(model: "onnx.ModelProto") -> dict[str, tuple[int, Optional[list
     return out
 
 
+def _ranked(info: Optional[tuple[int, Optional[list]]]) -> bool:
+    return info is not None and info[1] is not None
+
+
+def _merge_ort_shapes(known: dict, model: "onnx.ModelProto") -> None:
+    """Fill the types onnx's inference left out (outputs of com.microsoft nodes, which it skips) from ONNX
+    Runtime's symbolic shape inference, where that is installed and succeeds. Only values onnx knows
+    nothing of (not even the rank) are filled: a dimension the model leaves unnamed stays an error."""
+    extra = ort_inferred(model)
+    if extra is None:
+        return
+    for name, info in _value_types(extra).items():
+        if not _ranked(known.get(name)) and _ranked(info) and None not in info[1]:
+            known[name] = info
+
+
 def _default_opset(model: "onnx.ModelProto") -> Optional[int]:
     for imp in model.opset_import:
         if imp.domain in DEFAULT_DOMAINS:
@@ -78,35 +98,34 @@ def _check_opset(onnx_mod, node: "onnx.NodeProto", opset: Optional[int]) -> None
                          f"ropegen imports version {OPSET}")
 
 
-def _node_types(node: "onnx.NodeProto", known: dict, allow_symbolic: bool) -> list[Optional[TensorType]]:
+def _node_types(node: "onnx.NodeProto", known: dict, symbols: dict[str, str]) -> list[Optional[TensorType]]:
+    """The node's input types; each symbolic dimension becomes a spec symbol, recorded in `symbols`."""
     types: list[Optional[TensorType]] = []
-    for slot, tensor in zip(_INPUTS[node.op_type], node.input):
+    for slot, tensor in zip(_INPUTS[op_key(node)], node.input):
         if not tensor:
             types.append(None)
             continue
         info = known.get(tensor)
         if info is None:
-            raise ValueError(f"{_where(node)}: input {slot} ('{tensor}') has no known type or shape; "
-                             "give the model full shape information (onnx.shape_inference could not infer it)")
+            raise ValueError(f"{_where(node)}: input {slot} ('{tensor}') has no known type or shape; give the "
+                             "model value_info for it (neither onnx's shape inference nor, where installed, "
+                             "ONNX Runtime's symbolic shape inference could infer it)")
         elem, dims = info
         if elem not in ONNX_DTYPES:
             raise ValueError(f"{_where(node)}: input {slot} ('{tensor}') has element type "
                              f"{_type_name(elem)}, which ropegen does not support")
         if dims is None:
             raise ValueError(f"{_where(node)}: input {slot} ('{tensor}') has an unknown shape (not even its rank); "
-                             "give the model static input shapes")
-        unknown = [i for i, d in enumerate(dims) if d is None]
-        symbolic = [i for i, d in enumerate(dims) if isinstance(d, str)]
-        shape_txt = _fmt_shape(["?" if d is None else d for d in dims])
-        if unknown or (symbolic and not allow_symbolic):
-            raise ValueError(f"{_where(node)}: input {slot} ('{tensor}') has shape {shape_txt} with "
-                             f"{'unknown' if unknown else 'symbolic'} dimensions; ropegen specialises kernels "
-                             "on concrete shapes: fix the model's input dims (e.g. python -m "
-                             "onnxruntime.tools.make_dynamic_shape_fixed)"
-                             + ("" if unknown else " or import with allow_symbolic=True"))
-        if symbolic:
-            dims = [_symbol(d) if isinstance(d, str) else d for d in dims]
-        types.append((ONNX_DTYPES[elem], tuple(dims)))
+                             "give the model input shapes or value_info for it")
+        if any(d is None for d in dims):
+            raise ValueError(f"{_where(node)}: input {slot} ('{tensor}') has shape "
+                             f"{_fmt_shape(['?' if d is None else d for d in dims])} with unknown dimensions "
+                             "(neither a size nor a name); give the model's inputs named or fixed dims (e.g. "
+                             "python -m onnxruntime.tools.make_dynamic_shape_fixed)")
+        for d in dims:
+            if isinstance(d, str):
+                symbols.setdefault(d, _symbol(d))
+        types.append((ONNX_DTYPES[elem], tuple(symbols[d] if isinstance(d, str) else d for d in dims)))
     return types
 
 
@@ -126,14 +145,19 @@ def _type_name(elem: int) -> str:
 
 
 def import_model(model_path: Union[str, os.PathLike, "onnx.ModelProto"], out_dir: Union[str, os.PathLike],
-                 *, allow_symbolic: bool = False) -> list[Path]:
-    """Write one .rope spec per RotaryEmbedding / RMSNormalization node (opset 23) of a model.
+                 fix: Optional[Mapping[str, int]] = None,
+                 report: Optional[Callable[[str], None]] = None) -> list[Path]:
+    """Write one .rope spec per RotaryEmbedding / RMSNormalization node (opset 23) and per ONNX Runtime
+    contrib RotaryEmbedding / SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization node.
 
     Shapes and types come from the model after onnx shape inference (graph inputs, value_info,
-    outputs, initializers). Every node is checked first; if any cannot be imported, a ValueError
-    lists all problems and nothing is written. With allow_symbolic=True, named symbolic dims
-    (dim_param) become spec symbols where the language allows them (batch, seq, cache rows,
-    RMSNorm's leading dims). Returns the written paths, in graph order.
+    outputs, initializers). Named symbolic dims (dim_param, e.g. batch, sequence_length) become spec
+    symbols where the language allows them (batch, seq, cache rows, RMSNorm's leading dims); `fix`
+    pins named ones to sizes first (`--fix batch=1`; a name the model lacks is a ValueError listing
+    its symbolic dims). Every node is checked first; if any cannot be imported (GroupQueryAttention
+    with do_rotary = 1 included), a ValueError lists all problems and nothing is written. `report`
+    receives one-line notes: the nodes skipped ("skipped 212 nodes: MatMul x96, Add x40, ...") and the
+    symbolic dims kept. Returns the written paths, in graph order.
     """
     onnx = _require_onnx()
     from ropegen.api import compile as compile_spec
@@ -147,6 +171,8 @@ def import_model(model_path: Union[str, os.PathLike, "onnx.ModelProto"], out_dir
             model = onnx.load(label, load_external_data=False)
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
             raise ValueError(f"{label}: cannot read an ONNX model: {exc}") from None
+    if fix:
+        model = pin_dims(onnx, model, fix, label)
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001 - fall back to the shapes the model declares
@@ -154,14 +180,25 @@ def import_model(model_path: Union[str, os.PathLike, "onnx.ModelProto"], out_dir
     known = _value_types(inferred)
     opset = _default_opset(model)
 
-    nodes = [(i, n) for i, n in enumerate(model.graph.node)
-             if n.op_type in SUPPORTED_OPS and n.domain in DEFAULT_DOMAINS]
-    if not nodes:
-        raise ValueError(f"{label}: no {' or '.join(SUPPORTED_OPS)} node (default domain, opset {OPSET}) "
-                         "in the main graph")
-    out = Path(out_dir)
+    nodes: list[tuple[int, "onnx.NodeProto"]] = []
     errors: list[str] = []
+    skipped: Counter = Counter()
+    for i, n in enumerate(model.graph.node):
+        gqa = gqa_rotary_error(n)
+        if gqa:
+            errors.append(gqa)
+        elif op_key(n) is None:
+            skipped[n.op_type] += 1
+        else:
+            nodes.append((i, n))
+    if not nodes and not errors:
+        raise ValueError(f"{label}: no {', '.join(IMPORTED_OPS)} node in the main graph"
+                         + (f" ({skip_summary(skipped)})" if skipped else ""))
+    if any(not _ranked(known.get(t)) for _, n in nodes for t in n.input if t):
+        _merge_ort_shapes(known, model)
+    out = Path(out_dir)
     specs: list[tuple[Path, str]] = []
+    symbols: dict[str, str] = {}
     used: set[str] = set()
     for index, node in nodes:
         base = _sanitize(node.name) or f"{_sanitize(node.op_type)}_{index}"
@@ -171,8 +208,9 @@ def import_model(model_path: Union[str, os.PathLike, "onnx.ModelProto"], out_dir
         used.add(name.lower())
         path = out / f"{name}.rope"
         try:
-            _check_opset(onnx, node, opset)
-            text = spec_for_node(node, _node_types(node, known, allow_symbolic), name)
+            if op_key(node) in SUPPORTED_OPS:
+                _check_opset(onnx, node, opset)
+            text = spec_for_node(node, _node_types(node, known, symbols), name)
             try:
                 compile_spec(text, file=str(path))
             except SpecError as exc:
@@ -188,4 +226,10 @@ def import_model(model_path: Union[str, os.PathLike, "onnx.ModelProto"], out_dir
     out.mkdir(parents=True, exist_ok=True)
     for path, text in specs:
         path.write_text(text, encoding="utf-8")
+    if report is not None:
+        if skipped:
+            report(skip_summary(skipped))
+        if symbols:
+            report("symbolic dims kept as spec symbols: " + ", ".join(
+                k if k == v else f"{k} (as {v})" for k, v in symbols.items()) + " (pin one with --fix NAME=SIZE)")
     return [p for p, _ in specs]

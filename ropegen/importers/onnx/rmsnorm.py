@@ -1,5 +1,6 @@
 """RMSNormalization-23 -> an `rmsnorm` spec: axis, epsilon (the exact float32 attribute value),
-stash_type -> stash, and a scale over the normalized dims (ONNX's leading broadcast 1s dropped)."""
+stash_type -> stash, and a scale over the normalized dims (ONNX's leading broadcast 1s dropped); `norm_spec`
+is the same mapping for ONNX Runtime's SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization."""
 from __future__ import annotations
 
 import math
@@ -7,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from ropegen.importers.onnx.common import (_DEFAULT_EPSILON, _ONNX_TYPE_NAMES, OPSET, RMS_TYPES, STASH_TYPES, Size,
-                                           TensorType, _attributes, _fmt_shape, _int_dim, _render, _where)
+from ropegen.importers.onnx.common import (_ATTRS, _DEFAULT_EPSILON, _ONNX_TYPE_NAMES, OPSET, RMS_TYPES, STASH_TYPES,
+                                           Size, TensorType, _attributes, _fmt_shape, _int_dim, _render, _where,
+                                           op_key)
 
 if TYPE_CHECKING:
     import onnx
@@ -27,16 +29,25 @@ def rms_scale_shape(x_shape: Sequence[Size], scale_shape: Sequence[Size], axis: 
     return s
 
 
-
 def spec(node: "onnx.NodeProto", attrs: dict[str, Any], types: list[Optional[TensorType]], name: str) -> str:
     """The spec text of one RMSNormalization node, given its attributes and normalised input types."""
     x, scale = types[:2]
     assert x is not None and scale is not None
+    return norm_spec(node, attrs, x, scale, name, f"(opset {OPSET})", f"RMSNormalization-{OPSET}")
+
+
+def norm_spec(node: "onnx.NodeProto", attrs: dict[str, Any], x: TensorType, scale: TensorType, name: str,
+              origin: str, version: str, *, default_eps: float = _DEFAULT_EPSILON, extra: Sequence[str] = (),
+              residual: Optional[str] = None, settings_extra: Sequence[tuple[str, str]] = (),
+              f64_stash_for_f64: bool = False) -> str:
+    """An rmsnorm spec over X and scale (both operators' attributes: axis, epsilon, stash_type); `residual`
+    names a third input declared between x and scale, `settings_extra` follows the node's own settings,
+    `f64_stash_for_f64` runs stage one in f64 for f64 X whatever stash_type says (ONNX Runtime's kernels)."""
     where = _where(node)
     (xdt, xs), (sdt, ss) = x, scale
     for label, dt in (("X", xdt), ("scale", sdt)):
         if dt not in RMS_TYPES:
-            raise ValueError(f"{where}: {label} is {dt}; RMSNormalization-{OPSET} takes {', '.join(RMS_TYPES)}")
+            raise ValueError(f"{where}: {label} is {dt}; {version} takes {', '.join(RMS_TYPES)}")
     rank = len(xs)
     if rank == 0:
         raise ValueError(f"{where}: X is a scalar; it needs at least one dimension")
@@ -58,18 +69,24 @@ def spec(node: "onnx.NodeProto", attrs: dict[str, Any], types: list[Optional[Ten
     if stash_type not in STASH_TYPES:
         known = ", ".join(f"{k} ({_ONNX_TYPE_NAMES[k]})" for k in STASH_TYPES)
         raise ValueError(f"{where}: stash_type {stash_type} is not supported; ropegen supports {known}")
-    eps = attrs.get("epsilon", _DEFAULT_EPSILON)
+    eps = attrs.get("epsilon", default_eps)
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"{where}: epsilon must be a finite, non-negative number, got {eps!r}")
-    comments = [f"# Imported from ONNX {where} (opset {OPSET}): axis={attrs.get('axis', -1)}, "
-                f"epsilon={eps!r}, stash_type={stash_type}."]
+    shown = {"axis": attrs.get("axis", -1), "epsilon": eps, "stash_type": stash_type}
+    comments = [f"# Imported from ONNX {where} {origin}: "
+                + ", ".join(f"{k}={shown[k]!r}" for k in _ATTRS[op_key(node)]) + ".", *extra]
     if tuple(declared) != tuple(ss):
         comments.append(f"# The model's scale {_fmt_shape(ss)} is declared {_fmt_shape(declared)} "
                         "(leading 1s dropped): pass it reshaped.")
-    decls = [("x", f"{xdt}{_fmt_shape(xs)}"), ("scale", f"{sdt}{_fmt_shape(declared)}")]
-    settings = [("axis", str(axis)), ("epsilon", repr(eps)), ("stash", STASH_TYPES[stash_type])]
-    return _render("rmsnorm", name, comments, decls, "out y", settings)
-
+    decls = [("x", f"{xdt}{_fmt_shape(xs)}")]
+    if residual:
+        decls.append((residual, f"{xdt}{_fmt_shape(xs)}"))
+    decls.append(("scale", f"{sdt}{_fmt_shape(declared)}"))
+    stash = "f64" if xdt == "f64" and f64_stash_for_f64 else STASH_TYPES[stash_type]
+    settings = [("axis", str(axis)), ("epsilon", repr(eps)), ("stash", stash), *settings_extra]
+    if residual:
+        settings.insert(0, ("residual", residual))
+    return _render("rmsnorm", name, comments, decls, "out y" + ("\n    out h" if residual else ""), settings)
 
 
 def run_inputs(node: "onnx.NodeProto", present: list[np.ndarray]) -> list[np.ndarray]:
