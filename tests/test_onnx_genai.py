@@ -386,3 +386,20 @@ def test_skip_norm_default_epsilon_is_ort_1e_12():
     text = ro.spec_for_node(_skip_norm(), [("f16", (4, 64)), ("f16", (4, 64)), ("f16", (64,))], "n")
     assert f"epsilon      = {float(np.float32(1e-12))!r}" in text
     ropegen.compile(text)
+
+
+def test_ort_shape_inference_leaves_no_file_in_the_working_directory(tmp_path, monkeypatch):
+    """ONNX Runtime's symbolic shape inference saves `sym_shape_infer_temp.onnx` in the working
+    directory when it cannot finish (here: a node of an unknown domain); an import must not."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from ropegen.importers.onnx.graph import ort_inferred
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("Mystery", ["x"], ["y"], domain="example.unknown")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid("example.unknown", 1)])
+    monkeypatch.chdir(tmp_path)
+    ort_inferred(model)
+    assert list(tmp_path.iterdir()) == []

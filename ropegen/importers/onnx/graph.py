@@ -57,10 +57,19 @@ def ort_inferred(model: "onnx.ModelProto") -> Optional["onnx.ModelProto"]:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
     except Exception:  # noqa: BLE001 - onnxruntime is optional (and its import can fail in several ways)
         return None
-    try:
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
-    except Exception:  # noqa: BLE001 - its failures are plain Exceptions; the importer then names what is unknown
-        return None
+    # when its inference is incomplete it saves the model as sym_shape_infer_temp.onnx in the working
+    # directory before raising: run it in a scratch directory, so an import never litters the caller's
+    import os
+    import tempfile
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="ropegen-ort-") as scratch:
+        os.chdir(scratch)
+        try:
+            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        except Exception:  # noqa: BLE001 - its failures are plain Exceptions; the importer then names what is unknown
+            return None
+        finally:
+            os.chdir(here)
 
 
 def skip_summary(skipped: Counter) -> str:
