@@ -1,13 +1,17 @@
-"""The `ropegen` command line: compile, check, explain, import-onnx, import-hf, bench."""
+"""The `ropegen` command line: compile, check, explain, import-onnx, import-hf, import-gguf, bench."""
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from ropegen import __version__
+from ropegen.extras import install_hint, missing_module
+from ropegen.progress import Progress
 from ropegen.spec.diagnostics import SpecError, SpecWarning
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER = 0, 1, 2
@@ -30,95 +34,97 @@ def _load(path: str):
     return program
 
 
+# ---------------------------------------------------------------------------------------------
+# a missing optional dependency: one line naming the extra that brings it (from the installed metadata)
+
+def _reason(why: str) -> str:
+    """Why a backend cannot run here; when its package is missing, the extra that brings it instead."""
+    m = re.search(r"No module named '(\w+)", why)
+    return install_hint(m.group(1)) if m and m.group(1) != "ropegen" else why
+
+
+def _cannot_run(backend: str, why: str) -> UserError:
+    return UserError(f"backend '{backend}' cannot run here: {_reason(why)}")
+
+
+@contextmanager
+def _importing():
+    """An importer's ValueError is the user's problem; a package it lacks is the extra to install."""
+    try:
+        yield
+    except (ImportError, ValueError) as exc:
+        module = missing_module(exc)
+        if module:
+            raise UserError(install_hint(module)) from None
+        if isinstance(exc, ValueError):
+            raise UserError(str(exc)) from None
+        raise
+
+
 def cmd_compile(args) -> int:
     from ropegen.generate import resolve_targets, write_program
     try:
         targets = resolve_targets(args.target)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    for spec in args.spec:
-        program = _load(spec)
-        out = Path(args.output) / Path(spec).stem
-        for path in write_program(program, out, targets):
+    written: list[Path] = []
+    try:   # the paths are printed once the progress display is gone: a live bar and stdout share a terminal
+        with Progress(quiet=args.quiet) as progress, progress.phase("compiling", total=len(args.spec)) as phase:
+            for spec in args.spec:
+                phase.step(f"compiling {spec}")
+                written += write_program(_load(spec), Path(args.output) / Path(spec).stem, targets)
+    finally:
+        for path in written:
             print(path)
     return EXIT_OK
 
 
 def cmd_check(args) -> int:
-    from ropegen import backends
-    from ropegen.crosscheck import NOT_RUN, RAN, check_operator, format_table
-    from ropegen.runtime.memory import format_bytes, limit_hint, memory_limit
+    from ropegen.crosscheck import BackendUnavailable, Report, check_operator, prebuild, select_backends
+    from ropegen.runtime.memory import memory_limit
     try:
         limit = memory_limit()
+        wanted, skipped = select_backends(args.backend)
+    except BackendUnavailable as exc:
+        raise _cannot_run(exc.backend, exc.why) from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    skipped: dict[str, str] = {}
-    if args.backend:
-        wanted = tuple(dict.fromkeys(b.strip() for b in args.backend.split(",")))
-        for b in wanted:
-            if b not in backends.names():
-                raise UserError(f"unknown backend '{b}'; backends: {', '.join(backends.names())}")
-        for b in wanted:   # asked for by name: a backend that cannot run is an error, not a skip
-            why = backends.get(b).unavailable()
-            if why:
-                raise UserError(f"backend '{b}' cannot run here: {why}")
-    else:
-        wanted = ()
-        for b in backends.BACKENDS:
-            why = b.unavailable()
-            if why:
-                skipped[b.name] = why
-            else:
-                wanted += (b.name,)
     programs = [(spec, _load(spec)) for spec in args.spec]   # every spec error before any run
-    if wanted:   # every kernel built up front, one compiler per core, then found in the cache
-        from ropegen.crosscheck import prebuild
-        ops = [op for _, program in programs for op in program]
-        print(f"building the kernels of {len(ops)} operator(s) ...", file=sys.stderr, flush=True)
-        prebuild(ops, wanted)
-    rows = []
-    for spec, program in programs:
-        for op in program:
-            print(f"checking {spec}: {op.name} ({', '.join(wanted) or 'no backend'}) ...", file=sys.stderr, flush=True)
-            rows += check_operator(op, wanted, seed=args.seed, limit=limit) if wanted else []
-    if rows:
-        print(format_table(rows))
-    ran = [r for r in rows if r.status == RAN]
-    bad = [r for r in ran if not r.ok]
-    not_run = [r for r in rows if r.status == NOT_RUN]
-    if skipped:
-        print("\nskipped backends (cannot run here):")
-        for name, why in skipped.items():
-            print(f"  {name}: {why}")
-    summary = f"{len(ran) - len(bad)} passed, {len(bad)} failed"
-    if not_run:
-        summary += f", {len(not_run)} not run"
-    if skipped:
-        summary += f"; skipped backends: {', '.join(skipped)}"
-    print(("\n" if rows or skipped else "") + summary)
-    if not_run:
-        ops = ", ".join(dict.fromkeys(r.operator for r in not_run))
-        print(f"ropegen: error: {len(not_run)} case(s) not run ({ops}): the spec's fixed sizes are too large to "
-              f"test in {format_bytes(limit)} ({limit_hint()})", file=sys.stderr)
-    if bad:        # a real mismatch outranks cases that could not be run
-        return EXIT_MISMATCH
-    if not_run:
-        return EXIT_USER
-    if not ran:
-        why = "no backend can run here" if not wanted else "the specs have no operators"
-        print(f"ropegen: error: nothing was checked: {why}", file=sys.stderr)
-        return EXIT_USER
-    return EXIT_OK
+    report = Report(wanted, {b: _reason(why) for b, why in skipped.items()}, [], seed=args.seed, limit=limit)
+    ops = [(spec, op) for spec, program in programs for op in program]
+    with Progress(quiet=args.quiet) as progress:
+        if wanted:   # every kernel built up front, one compiler per core, then found in the cache
+            with progress.phase(f"building the kernels of {len(ops)} operator(s)"):
+                prebuild([op for _, op in ops], wanted)
+        with progress.phase("checking", total=len(ops) * len(wanted)) as phase:
+            for spec, op in ops:
+                rows = check_operator(op, wanted, seed=args.seed, limit=limit,
+                                      on_backend=lambda b: phase.step(f"checking {spec}: {op.name} ({b})")
+                                      ) if wanted else []
+                report.checked.append((spec, op, rows))
+    code = report.exit_code()
+    print(json.dumps(report.document(code), indent=2, allow_nan=False) if args.json else report.text())
+    for line in report.errors():
+        print(f"ropegen: error: {line}", file=sys.stderr)
+    return code
 
 
 def cmd_explain(args) -> int:
-    from ropegen.ops.explain import explain
+    from ropegen.ops.explain import SCHEMA_VERSION, explain, facts
+    specs = []
     for spec in args.spec:
         program = _load(spec)
+        if args.json:
+            specs.append({"spec": spec, "sha256": program.spec.sha256,
+                          "operators": [facts(op.plan, args.length or ()) for op in program]})
+            continue
         print(f"# {spec} (sha256 {program.spec.sha256[:16]}...)")
         for op in program:
             print(explain(op.plan, args.length or ()))
             print()
+    if args.json:
+        print(json.dumps({"schema_version": SCHEMA_VERSION, "command": "explain", "ropegen_version": __version__,
+                          "lengths": list(args.length or ()), "specs": specs}, indent=2, allow_nan=False))
     return EXIT_OK
 
 
@@ -126,22 +132,35 @@ def cmd_import_onnx(args) -> int:
     from ropegen.importers.onnx import import_model
     if not Path(args.model).is_file():
         raise UserError(f"{args.model}: no such model file")
-    try:
-        for path in import_model(args.model, args.output):
-            print(path)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    fix: dict[str, int] = {}
+    for name, size in args.fix or ():
+        if fix.setdefault(name, size) != size:
+            raise UserError(f"--fix {name} is given twice, as {fix[name]} and {size}")
+    with _importing():
+        paths = import_model(args.model, args.output, fix=fix, report=lambda line: print(line, file=sys.stderr))
+    for path in paths:
+        print(path)
     return EXIT_OK
+
+
+def cmd_import_gguf(args) -> int:
+    from ropegen.importers.gguf import import_gguf
+    if not Path(args.model).is_file():
+        raise UserError(f"{args.model}: no such model file")
+    with _importing():
+        return _written(*import_gguf(args.model, args.output))
 
 
 def cmd_import_hf(args) -> int:
     from ropegen.importers.hf import import_config
     if not Path(args.config).is_file():
         raise UserError(f"{args.config}: no such config file")
-    try:
-        path, warnings = import_config(args.config, args.output)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    with _importing():
+        return _written(*import_config(args.config, args.output))
+
+
+def _written(path: Path, warnings: list[str]) -> int:
+    """An importer's spec: its warnings on stderr, its path on stdout."""
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(path)
@@ -157,16 +176,21 @@ def cmd_bench(args) -> int:
 
 
 def _bench(args) -> int:
+    from ropegen import backends
     from ropegen.bench.harness import measure
     from ropegen.bench.suites import SUITES
+    why = backends.get(args.backend).unavailable() if args.backend else None
+    if why:
+        raise _cannot_run(args.backend, why)
     programs = [_load(s) for s in args.spec]
     ops = [op for p in programs for op in p]
     if args.suite:
         ops += SUITES[args.suite]()
     if not ops:
         raise UserError("nothing to measure: give SPEC files or --suite llama3")
-    results, table = measure(ops, backend=args.backend, threads=args.threads, shapes=args.shape,
-                             repeats=args.repeats)
+    with Progress(quiet=args.quiet) as progress, progress.phase(f"measuring {len(ops)} operator(s) on {args.backend}"):
+        results, table = measure(ops, backend=args.backend, threads=args.threads, shapes=args.shape,
+                                 repeats=args.repeats)
     print(table)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -185,9 +209,7 @@ def _bench(args) -> int:
 # ---------------------------------------------------------------------------------------------
 # option types: a bad value is an argparse error (usage, message, exit 2), never a traceback
 
-MAX_SEED = 2 ** 63 - 1
-MAX_THREADS = 1024
-MAX_REPEATS = 1_000_000
+MAX_SEED, MAX_THREADS, MAX_REPEATS = 2 ** 63 - 1, 1024, 1_000_000
 
 
 def _int_option(lo: int, hi: int, what: str):
@@ -201,6 +223,14 @@ def _int_option(lo: int, hi: int, what: str):
         return value
     parse.__name__ = what   # argparse names the type in some messages
     return parse
+
+
+def _fix_option(text: str) -> tuple[str, int]:
+    """NAME=N: a symbolic dim and a size of at least 1."""
+    name, eq, size = text.partition("=")
+    if not eq or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=N with N >= 1, got '{text}'")
+    return name.strip(), int(size)
 
 
 def _shape_option(text: str) -> str:
@@ -230,15 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
                                  "for NumPy, C and CUDA, and check every backend against a float64 reference.")
     ap.add_argument("--version", action="version", version=f"ropegen {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    quiet = argparse.ArgumentParser(add_help=False)   # the commands that show progress on stderr
+    quiet.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
 
-    p = sub.add_parser("compile", help="write the generated sources of SPEC files",
+    p = sub.add_parser("compile", parents=[quiet], help="write the generated sources of SPEC files",
                        description="Write DIR/<spec stem>/<target>/<operator files> for each SPEC.")
     p.add_argument("spec", nargs="+", metavar="SPEC")
     p.add_argument("-o", "--output", default="generated", metavar="DIR", help="output folder (default: generated)")
     p.add_argument("--target", default=None, help="comma list of targets (default: every built target)")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("check", help="run every backend against the float64 reference",
+    p = sub.add_parser("check", parents=[quiet], help="run every backend against the float64 reference",
                        description="Run each operator of each SPEC on random inputs (several shapes, odd sizes, "
                                    "strided views) on every available backend and compare with the float64 "
                                    "reference. Backends that cannot run here are listed with the reason. Exit 1 "
@@ -249,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None, help="comma list of backends (default: all available)")
     p.add_argument("--seed", type=_int_option(0, MAX_SEED, "seed"), default=0,
                    help=f"seed of the random inputs, 0..{MAX_SEED} (default: 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table "
+                   "(schema: docs/json.md)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("explain", help="print the resolved plan: pair map, frequencies, constants, dtypes")
@@ -256,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--length", type=_int_option(0, 2 ** 62, "length"), action="append", metavar="N",
                    help="also show what longrope / dynamic_ntk frequencies apply to a call of this length "
                         "(max position + 1); may be repeated")
+    p.add_argument("--json", action="store_true", help="print the plans as one JSON document (schema: docs/json.md)")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("import-onnx", help="write a .rope spec for each RotaryEmbedding / RMSNormalization node",
@@ -263,7 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "RMSNormalization node, shapes and dtypes from the model's value info.")
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--fix", action="append", type=_fix_option, metavar="NAME=N",
+                   help="pin the model's symbolic dim NAME to size N first (repeatable)")
     p.set_defaults(func=cmd_import_onnx)
+
+    p = sub.add_parser("import-gguf", help="write the .rope spec of a llama.cpp GGUF model's RoPE and RMSNorm",
+                       description="Read a GGUF file's metadata (and its rope factor tensors) and write one spec "
+                                   "like import-hf's, plus the factor tensors as .npy files.")
+    p.add_argument("model", metavar="MODEL.gguf")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.set_defaults(func=cmd_import_gguf)
 
     p = sub.add_parser("import-hf", help="write the .rope spec of a transformers model's RoPE and RMSNorm",
                        description="Read a transformers config.json (rope_scaling or rope_parameters, rope_theta, "
@@ -273,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.set_defaults(func=cmd_import_hf)
 
-    p = sub.add_parser("bench", help="measure time, bytes moved, GB/s and the ratio to a copy of the same bytes")
+    p = sub.add_parser("bench", parents=[quiet], help="measure time, bytes moved, GB/s and the ratio to a copy of the same bytes")
     p.add_argument("spec", nargs="*", metavar="SPEC")
     p.add_argument("--suite", choices=tuple(SUITES), default=None,
                    help="add a built-in set: llama3 = Llama-3-8B RoPE (f32, bf16; cache and computed) "
@@ -303,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER
     except UserError as exc:
         print(f"ropegen: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except ImportError as exc:   # an optional package a command needs; any other import failure is a bug
+        if not missing_module(exc):
+            raise
+        print(f"ropegen: error: {args.command}: {install_hint(missing_module(exc))}", file=sys.stderr)
         return EXIT_USER
     except (OSError, UnicodeDecodeError) as exc:
         print(f"ropegen: error: {exc}", file=sys.stderr)

@@ -172,15 +172,18 @@ def test_check_operator_skips_a_compiler_that_builds_nothing(monkeypatch):
     assert "cannot build" in rows[0].note
 
 
-def test_long_notes_are_shortened_in_the_table_and_kept_in_full_below():
+def test_long_notes_are_referenced_in_the_table_and_kept_in_full_below():
     long = "error: CompilerError: C compiler failed (cc -std=c11 " + "-flag " * 40 + "):\nline two of the log"
     rows = [Row("op", "c", "f32", "1 token", float("inf"), float("inf"), False, long),
             Row("op", "numpy", "f32", "1 token", 0.0, 0.0, True)]
     text = format_table(rows)
-    table, _, details = text.partition("notes in full:")
-    assert all(len(line) < 200 for line in table.splitlines()), table
-    assert "\n" not in table.strip().splitlines()[2] and "line two" not in table
-    assert "line two of the log" in details and "-flag " * 40 in details
+    table, _, details = text.partition("notes:")
+    assert all(len(line) <= checker.WIDTH for line in text.splitlines()), text
+    assert table.strip().splitlines()[2].endswith("MISMATCH [1]") and "line two" not in table
+    assert details.strip().startswith("[1] error: CompilerError")
+    # wrapped to the width, nothing dropped: the words in order, the log's own line break kept
+    assert " ".join(details.split()) == "[1] " + " ".join(long.split())
+    assert "\n      line two of the log" in details
 
 
 # ---------------------------------------------------------------------------------------------

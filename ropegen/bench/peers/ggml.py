@@ -9,6 +9,7 @@ import numpy as np
 
 from ropegen import ir
 from ropegen.api import Operator
+from ropegen.extras import install_hint
 from ropegen.bench.harness import interleaved, stats
 from ropegen.ops.rope import forms
 
@@ -168,8 +169,10 @@ def ggml_peer_graph(op: Operator, arrays: dict[str, np.ndarray], threads: int = 
     """The operator as a ggml graph of ggml_rope_ext calls (call .close() when done), or a reason why not."""
     try:
         import ggml
-    except (ImportError, OSError):
-        return "ggml-python is not installed (pip install ggml-python)"
+    except ImportError:
+        return install_hint("ggml")
+    except OSError as exc:          # the package is there, its shared library is not loadable
+        return f"ggml-python cannot load its library: {exc}"
     setup = rope_setup(op, arrays)
     if isinstance(setup, str):
         return setup

@@ -8,6 +8,7 @@ import numpy as np
 
 from ropegen import ir
 from ropegen.api import Operator
+from ropegen.extras import install_hint
 from ropegen.bench.harness import interleaved, is_decode, stats
 from ropegen.ops.rope import forms
 
@@ -100,7 +101,7 @@ def onnx_peer_model(op: Operator, arrays: dict[str, np.ndarray]):
         import onnx
         from onnx import helper
     except ImportError:
-        return "onnx is not installed"
+        return install_hint("onnx")
     from onnx.helper import np_dtype_to_tensor_dtype
 
     def tensor_info(name: str, a: np.ndarray):
@@ -124,7 +125,7 @@ def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: i
     try:
         import onnxruntime as ort
     except ImportError:
-        return {"error": "onnxruntime is not installed (pip install onnxruntime)"}
+        return {"error": install_hint("onnxruntime")}
     try:
         built = onnx_peer_model(op, arrays)
         if isinstance(built, str):

@@ -1,6 +1,7 @@
 """`ropegen explain` for an RMSNorm plan."""
 from __future__ import annotations
 
+from ropegen.ops.explain import number, tensor
 from ropegen.ops.rmsnorm.plan import RmsNormPlan
 
 
@@ -31,3 +32,25 @@ def explain(p: RmsNormPlan, lengths: tuple[int, ...] = ()) -> str:
                                                 if p.quant_scale else ""),
     ]
     return "\n".join(lines)
+
+
+def facts(p: RmsNormPlan, lengths: tuple[int, ...] = ()) -> dict:
+    """What explain prints, as data (`ropegen explain --json`); `lengths` change nothing here."""
+    return {
+        "name": p.name,
+        "inputs": [tensor(t) for t in p.inputs],
+        "x": p.x_name, "scale": p.scale_name,
+        "output": {"name": p.out, "dtype": p.y.name},
+        "residual": None if not p.residual else {
+            "input": p.residual, "sum_output": p.sum_output, "add_in": p.stash.name, "stored_as": p.x.name,
+            "normalized": "stored" if p.residual_add == "storage" else "unrounded"},
+        "axis": p.axis, "rank": p.rank, "norm_size": p.norm_size, "norm_shape": list(p.norm_shape),
+        "scale_shape": list(p.scale_shape),
+        "epsilon": number(p.epsilon), "epsilon_stash": number(p.stash.np_dtype.type(p.epsilon_stash)),
+        "weight_offset": number(p.product.np_dtype.type(p.weight_offset)),
+        "cast": p.cast,
+        "dtypes": {"x": p.x.name, "scale": p.scale.name, "y": p.y.name, "stash": p.stash.name,
+                   "product": p.product.name,
+                   "y_unquantized": (p.y_unquantized or p.y).name},
+        "quantize": None if not p.quant_scale else {"scale": p.quant_scale, "max_finite": number(p.y.max_finite)},
+    }

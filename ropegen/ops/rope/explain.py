@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ropegen import ir
+from ropegen.ops.explain import number, record, tensor
 from ropegen.ops.rope import forms
 from ropegen.ops.rope.angles import ExactAngles, GgmlAngles, TableAnglesPlan
 from ropegen.ops.rope.frequency_rows import frequency_rows
@@ -103,3 +106,79 @@ def _ggml(a: GgmlAngles) -> list[str]:
 
 # each planned angle record, described
 _ANGLES = {"table": _table, "exact": _exact, "ggml": _ggml}
+
+
+# ---------------------------------------------------------------------------------------------
+# the same facts as data (`ropegen explain --json`)
+
+def facts(p: RopePlan, lengths: tuple[int, ...] = ()) -> dict:
+    op: ir.RopeOp = p.ir
+    pairs = [{"a": b.a0 + j * b.a_step, "b": b.b0 + j * b.b_step, "ca": b.ca0 + j * b.ca_step,
+              "cb": b.cb0 + j * b.cb_step, "stream": b.stream} for b in p.blocks for j in range(b.count)]
+    out = {
+        "name": p.name,
+        "inputs": [tensor(t) for t in p.inputs],
+        "outputs": [{"name": o.name, "source": o.source, "rotate": o.rotate, "norm": record(o.norm)}
+                    for o in op.outputs],
+        "tokens": {"layout": "packed" if p.token_layout == "t" else "batch_seq", "sequences": p.sequences,
+                   "sequences_indptr": op.sequences_indptr},
+        "positions": {**record(op.positions), "dtype": p.position_dtype.name if p.position_dtype else None,
+                      "description": forms.position_of(op.positions).explain(op.positions)},
+        "pairing": record(op.pairing),
+        "unit": p.unit, "head_dim": p.head_dim, "rotary_dim": p.rotary_dim, "rotary_start": op.rotary_start,
+        "passthrough": [list(r) for r in p.passthrough],
+        "pair_blocks": [record(b) for b in p.blocks],
+        "pairs": pairs,
+        "dtypes": {"storage": p.storage.name, "compute": p.compute.name,
+                   "compute_storage_rounding": p.compute_storage_rounding,
+                   "output": p.out_dtype.name if p.out_dtype else None},
+        "quant_scales": dict(zip((s.out for s in p.streams), p.quant_scales)) if p.out_dtype else None,
+        "direction": "backward" if p.sin_sign < 0 else "forward",
+        "angles": _ANGLE_FACTS[p.angles.kind](p.angles),
+        "scaling": None,
+        "at_lengths": [],
+        "trig": "fast" if p.trig_fast else "accurate",
+    }
+    if isinstance(op.angles, ir.ComputedAngles):
+        s = op.angles.scaling
+        dim = op.rotary_dim // 2 if op.pairing.kind is ir.PairKind.GLM2D else op.rotary_dim
+        form = forms.scaling_of(s)
+        out["scaling"] = {"form": form.word, "base": record(op.angles.base), "parameters": record(s),
+                          "description": form.describe(s, dim, op.angles.base)}
+        out["at_lengths"] = _length_facts(p, lengths)
+    return out
+
+
+def _length_facts(p: RopePlan, lengths: tuple[int, ...]) -> list[dict]:
+    rows = frequency_rows(p) if lengths else None
+    if rows is None:
+        return [{"length": n, "depends_on_length": False, "note": None, "inv_freq": None} for n in lengths]
+    a, row = p.ir.angles, forms.scaling_of(p.ir.angles.scaling)
+    return [{"length": n, "depends_on_length": True,
+             "note": row.length_note(a.scaling, p.ir.rotary_dim, a.base, n),
+             "inv_freq": [number(float(v)) for v in rows.at(n)]} for n in lengths]
+
+
+def _f32(x: float) -> dict:
+    """A ggml constant: a float32 value (held as a Python float)."""
+    return number(np.float32(x) if float(np.float32(x)) == x else x)
+
+
+def _table_facts(a: TableAnglesPlan) -> dict:
+    return {"form": "table", "cos": a.cos, "sin": a.sin, "dtype": a.dtype.name, "width": a.width,
+            "sin_column": a.sin_column, "rows": "token" if a.per_token else "position"}
+
+
+def _exact_facts(a: ExactAngles) -> dict:
+    return {"form": "exact", "magnitude": number(a.magnitude), "freq_factors": a.freq_factors,
+            "length_unit": a.length_unit, "inv_freq": [number(f) for f in a.inv_freq]}
+
+
+def _ggml_facts(a: GgmlAngles) -> dict:
+    return {"form": "ggml", "theta_scale": _f32(a.theta_scale), "freq_scale": _f32(a.freq_scale),
+            "mscale": _f32(a.mscale), "freq_factors": a.freq_factors, "yarn": a.yarn,
+            "corr_dims": [_f32(c) for c in a.corr_dims], "ramp": [_f32(r) for r in a.ramp],
+            "one_minus_ramp": [_f32(r) for r in a.one_minus_ramp]}
+
+
+_ANGLE_FACTS = {"table": _table_facts, "exact": _exact_facts, "ggml": _ggml_facts}
