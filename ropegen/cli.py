@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 import warnings
 from contextlib import contextmanager
@@ -194,7 +195,11 @@ def _bench(args) -> int:
     print(table)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        from ropegen.bench.targets import hooks
+        h = hooks(args.backend)    # a target may write its own document: the device's facts, the command, the rows
+        doc = (h.json_document(results, shlex.join(["ropegen", *args.argv])) if hasattr(h, "json_document")
+               else results)
+        Path(args.json).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if args.plot:
         from ropegen.bench.plot import MissingPlotter, plot
         try:
@@ -340,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)     # the command, as results files record it
     try:
         return args.func(args)
     except SpecError as exc:

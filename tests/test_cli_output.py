@@ -432,3 +432,24 @@ def test_import_onnx_fix_and_report_are_wired(monkeypatch, tmp_path, capsys):
         with pytest.raises(SystemExit) as info:
             cli.main(["import-onnx", str(model), "-o", str(tmp_path), "--fix", bad])
         assert info.value.code == 2 and "argument --fix" in capsys.readouterr().err
+
+
+def test_bench_json_uses_the_targets_document_hook(tmp_path, monkeypatch):
+    """A target whose bench module has `json_document` (CUDA: the device's facts) writes that document,
+    with the command as given; other targets write the bare rows."""
+    import types
+
+    import ropegen.bench.harness as harness
+    import ropegen.bench.targets as targets
+    from ropegen import cli
+    rows = [{"impl": "ropegen c", "ms": 1.0}]
+    monkeypatch.setattr(harness, "measure", lambda ops, **kw: (rows, "table"))
+    hook = types.SimpleNamespace(json_document=lambda results, command: {"command": command, "rows": results})
+    monkeypatch.setattr(targets, "hooks", lambda name: hook)
+    out = tmp_path / "r.json"
+    assert cli.main(["bench", "examples/llama3.rope", "--backend", "c", "-q", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["rows"] == rows and doc["command"].startswith("ropegen bench examples/llama3.rope --backend c")
+    monkeypatch.setattr(targets, "hooks", lambda name: types.SimpleNamespace())
+    assert cli.main(["bench", "examples/llama3.rope", "--backend", "c", "-q", "--json", str(out)]) == 0
+    assert json.loads(out.read_text()) == rows

@@ -1,59 +1,94 @@
-"""The device peers of a GPU bench, through PyTorch: eager Hugging Face style RoPE (rotate_half with
-cos/sin), the same under torch.compile, Liger-Kernel's Triton RoPE and FlashInfer's apply_rope_pos_ids,
-each where it can be imported. The target's bench supplies the clock."""
+"""The PyTorch device peers of a GPU bench: Hugging Face style RoPE (rotate_half) and Llama RMSNorm,
+eager and under torch.compile, with ropegen's numerics (the operator's planned frequencies, llama3
+scaling included; angles and arithmetic in float32, rounded once to the storage type).
+
+Hugging Face computes cos/sin from integer positions in the forward pass, as ropegen's computed-angle
+kernels do, so that is part of the timed call; Hugging Face's own code then rotates in the input
+dtype, which the notes say.
+"""
 from __future__ import annotations
 
 from typing import Callable
 
+from ropegen.bench.peers.case import PeerCase, Work, unavailable_row
 from ropegen.ir.dtypes import DTYPES
 
+EAGER = "torch eager (HF {})"
+COMPILED = "torch.compile (HF {})"
+NAMES = {"rope": "rotate_half", "rmsnorm": "LlamaRMSNorm"}
+NOTES = {"rope": "angles from int positions and the planned llama3 frequencies in f32, rotation in f32 "
+                 "(HF rotates in the input dtype)",
+         "rmsnorm": "f32 sum of squares and product, one rounding (HF multiplies the weight in the input dtype)"}
 
-def measure(tokens: int, hq: int, hk: int, d: int, dtype: str, base: float,
-            time_ms: Callable[[Callable[[], object]], float], device: str) -> list[dict]:
-    """One row (impl, ms, bytes[, note]) per peer that runs, Llama-style q [tokens, hq, d] and k
-    [tokens, hk, d] on torch device `device`; `time_ms(fn)` times fn on torch's current stream.
-    No torch, no rows."""
-    rows: list[dict] = []
+
+def import_torch(device: str):
+    """torch, or the reason it cannot run the peers on `device`."""
     try:
         import torch
-    except Exception:  # noqa: BLE001 - no torch, no peers
-        return rows
-    tdt = getattr(torch, DTYPES[dtype].torch)
-    q = torch.randn(tokens, hq, d, device=device, dtype=tdt)
-    k = torch.randn(tokens, hk, d, device=device, dtype=tdt)
-    pos = torch.arange(tokens, device=device)
-    inv = 1.0 / (base ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
-    freqs = pos[:, None].float() * inv[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(tdt)[:, None, :], emb.sin().to(tdt)[:, None, :]
-    nbytes = 2 * (q.numel() + k.numel()) * q.element_size()
+    except Exception as e:  # noqa: BLE001 - any import failure: the peers are n/a
+        return None, f"PyTorch is not importable ({type(e).__name__})"
+    if device != "cpu" and not getattr(torch, device).is_available():
+        return None, f"PyTorch has no {device} device here"
+    return torch, ""
+
+
+def rope_fn(torch, case: PeerCase, device: str):
+    """(fn, args): HF rotary embedding from positions + apply_rotary_pos_emb, ropegen's numerics."""
+    tdt = getattr(torch, DTYPES[case.dtype].torch)
+    q = torch.randn(case.tokens, case.heads_q, case.head_dim, device=device, dtype=tdt)
+    k = torch.randn(case.tokens, case.heads_k, case.head_dim, device=device, dtype=tdt)
+    pos = torch.arange(case.tokens, device=device)
+    inv = torch.tensor(case.inv_freq, dtype=torch.float64, device=device).float()
 
     def rotate_half(x):
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
         return torch.cat((-x2, x1), dim=-1)
 
-    def hf(q, k, cos, sin):
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    def hf(q, k, pos):
+        freqs = pos[:, None].float() * inv[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        qf, kf = q.float(), k.float()
+        return (qf * cos + rotate_half(qf) * sin).to(q.dtype), (kf * cos + rotate_half(kf) * sin).to(k.dtype)
+    return hf, (q, k, pos)
 
-    rows.append(dict(impl="torch eager (HF rotate_half)", ms=time_ms(lambda: hf(q, k, cos, sin)), bytes=nbytes))
+
+def rmsnorm_fn(torch, case: PeerCase, device: str):
+    """(fn, args): Llama RMSNorm over the last axis, ropegen's numerics."""
+    tdt = getattr(torch, DTYPES[case.dtype].torch)
+    x = torch.randn(case.tokens, case.width, device=device, dtype=tdt)
+    w = torch.randn(case.width, device=device, dtype=tdt)
+    eps = case.epsilon
+
+    def hf(x, w):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return (h * w.float()).to(x.dtype)
+    return hf, (x, w)
+
+
+FUNCTIONS = {"rope": rope_fn, "rmsnorm": rmsnorm_fn}
+
+
+def rows(case: PeerCase, time: Callable[[Work], object], device: str) -> list[dict]:
+    """The eager and compiled rows for `case` (n/a with the reason when torch or the kind is missing);
+    `time(work)` is the target's clock."""
+    make = FUNCTIONS.get(case.kind)
+    name = NAMES.get(case.kind, case.kind)
+    torch, why = import_torch(device)
+    if torch is None or make is None:
+        why = why or f"no PyTorch peer for {case.kind}"
+        return [unavailable_row(EAGER.format(name), case.bytes, why),
+                unavailable_row(COMPILED.format(name), case.bytes, why)]
+    fn, args = make(torch, case, device)
+    out = [dict(impl=EAGER.format(name), bytes=case.bytes, note=NOTES[case.kind],
+                timing=time(Work(lambda: fn(*args), call=lambda: fn(*args), library="torch", decode=case.decode)))]
     try:
-        compiled = torch.compile(hf)
-        rows.append(dict(impl="torch.compile (HF rotate_half)", ms=time_ms(lambda: compiled(q, k, cos, sin)),
-                         bytes=nbytes))
-    except Exception as e:  # noqa: BLE001
-        rows.append(dict(impl="torch.compile (HF rotate_half)", ms=float("nan"), bytes=nbytes, note=str(e)[:200]))
-    try:
-        from liger_kernel.ops.rope import LigerRopeFunction
-        q4, k4 = q.transpose(0, 1)[None].contiguous(), k.transpose(0, 1)[None].contiguous()
-        c2, s2 = cos[:, 0][None], sin[:, 0][None]
-        rows.append(dict(impl="Liger-Kernel rope (Triton)", bytes=nbytes,
-                         ms=time_ms(lambda: LigerRopeFunction.apply(q4, k4, c2, s2))))
-    except Exception:  # noqa: BLE001 - not installed or unsupported here
-        pass
-    try:
-        import flashinfer
-        rows.append(dict(impl="FlashInfer apply_rope_pos_ids", bytes=nbytes,
-                         ms=time_ms(lambda: flashinfer.rope.apply_rope_pos_ids(q, k, pos, rope_theta=base))))
-    except Exception:  # noqa: BLE001
-        pass
-    return rows
+        compiled = torch.compile(fn)
+        compiled(*args)      # compiles now, not inside a graph capture
+        out.append(dict(impl=COMPILED.format(name), bytes=case.bytes, note=NOTES[case.kind],
+                        timing=time(Work(lambda: compiled(*args), call=lambda: compiled(*args), library="torch",
+                                         decode=case.decode))))
+    except Exception as e:  # noqa: BLE001 - e.g. no C compiler for Inductor: listed, with the reason
+        out.append(unavailable_row(COMPILED.format(name), case.bytes, f"{type(e).__name__}: {str(e)[:160]}"))
+    return out
