@@ -344,7 +344,7 @@ def test_canonical_strides_address_the_reference_view(op):
 def test_bench_shapes_from_the_command_line():
     from ropegen.backends.cuda import bench as cuda_bench
     assert cuda_bench.parse_shapes(None) == cuda_bench.DEFAULT_SHAPES
-    assert {s[0] for s in cuda_bench.DEFAULT_SHAPES} == {1, 64, 4096, 16384}
+    assert {s[0] for s in cuda_bench.DEFAULT_SHAPES} == {1, 16, 64, 512, 4096, 16384, 131072}
     assert cuda_bench.parse_shapes(["T=64,dtype=f32"]) == ((64, 32, 8, 128, "f32"),)
     text = cuda_bench.format_cuda([dict(impl="ropegen cuda", op="llama3_8b", dtype="bf16", tokens=4096, ms=0.05,
                                         bytes=84e6, gbps=1680.0, ratio=0.93, device="test")])
@@ -656,11 +656,16 @@ def test_host_run_flags_bad_positions_and_sequences():
 # ---------------------------------------------------------------------------------------------
 # the whole CUDA wrapper on the host: a stand-in for CuPy whose kernels are the host-built .cu
 
-def _fake_cupy(monkeypatch):
+def _fake_cupy(monkeypatch, launch=True):
     """A `cupy` module over NumPy memory: enough of CuPy's API for the wrapper, with RawModule
-    functions that play the grid through the host-built source."""
+    functions that play the grid through the host-built source (launch=False: do nothing). It
+    records what a GPU would see: `cp.events` lists ("alloc" | "launch" | "d2h" | "h2d" | "sync" |
+    "memset", stream) in order, where stream is the handle current at the time."""
     import sys
     import types
+
+    events: list = []
+    kernels: list = []     # the name of each kernel launched
 
     class Ptr:
         def __init__(self, a):
@@ -673,11 +678,38 @@ def _fake_cupy(monkeypatch):
         def __init__(self, *a):
             pass
 
+    class Stream:
+        def __init__(self, ptr=None):
+            self.ptr = id(self) if ptr is None else ptr
+
+        def __enter__(self):
+            current.append(self)
+            return self
+
+        def __exit__(self, *a):
+            current.pop()
+            return False
+
+        def synchronize(self):
+            events.append(("sync", self.ptr))
+
+    null = Stream(0)
+    current = [null]
+
+    def now():
+        return current[-1].ptr
+
     class ndarray:
         def __init__(self, a):
             self.a = a
 
-        data = property(lambda self: Ptr(self.a))
+        @property
+        def data(self):     # made once: NumPy's ctypes address costs microseconds, CuPy's none
+            if self.ptr_ is None:
+                self.ptr_ = Ptr(self.a)
+            return self.ptr_
+
+        ptr_ = None
         device = Dev()
         dtype = property(lambda self: self.a.dtype)
         shape = property(lambda self: self.a.shape)
@@ -686,48 +718,90 @@ def _fake_cupy(monkeypatch):
         size = property(lambda self: self.a.size)
 
         def astype(self, dt):
+            events.append(("alloc", now()))
             return ndarray(self.a.astype(dt))
 
         def get(self, stream=None):
+            events.append(("d2h", now() if stream is None else stream.ptr))
             return self.a.copy()
 
+        def fill(self, v):
+            events.append(("memset", now()))
+            self.a.fill(v)
+
+        def __getitem__(self, i):
+            return ndarray(self.a[i])
+
+        def __setitem__(self, i, v):
+            self.a[i] = v.a if isinstance(v, ndarray) else v
+
+        def _op(f):
+            return lambda self, o: ndarray(f(self.a, o.a if isinstance(o, ndarray) else o))
+        __sub__, __or__, __ne__ = _op(np.subtract), _op(np.bitwise_or), _op(np.not_equal)
+
     ndarray.__module__ = "cupy"
-
-    class Stream:
-        ptr = 0
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
+    Stream.__module__ = "cupy"
 
     class Module:
         def __init__(self, code):
             self.code = code
 
         def get_function(self, name):
+            if not launch:
+                return lambda grid, block, args: (events.append(("launch", now())), kernels.append(name))
             cfgs = [k for c in _CFG_OF.get(self.code, ()) for k in c.kernels if k.name == name]
             k = cfgs[0]
             threaded = isinstance(_CFG_OF[self.code][0], cuda_plan.RmsCfg)
             lib = _host_build(self.code, [kk for c in _CFG_OF[self.code] for kk in c.kernels], "fake", threaded)
 
-            def launch(grid, block, args):
+            def run(grid, block, args):
+                events.append(("launch", now()))
+                kernels.append(name)
                 _host_launch(lib, k, grid, block, args)
-            return launch
+            return run
+
+    def new(f):
+        def make(*a, **kw):
+            events.append(("alloc", now()))
+            return ndarray(f(*a, **kw))
+        return make
+
+    def asarray(a):
+        events.append(("h2d", now()))
+        return ndarray(np.array(a, copy=True))
+
+    def asnumpy(x, stream=None):
+        events.append(("d2h", now() if stream is None else stream.ptr))
+        return x.a.copy()
 
     cp = types.ModuleType("cupy")
+    cp.events, cp.kernels = events, kernels
     cp.ndarray = ndarray
-    cp.cuda = types.SimpleNamespace(get_current_stream=lambda: Stream(), Device=Dev,
-                                    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
-    cp.asarray = lambda a: ndarray(np.array(a, copy=True))
-    cp.empty = lambda shape, dtype: ndarray(np.empty(shape, dtype=dtype))
-    cp.zeros = lambda shape, dtype: ndarray(np.zeros(shape, dtype=dtype))
-    cp.cumsum = lambda x: ndarray(np.cumsum(x.a))
-    cp.asnumpy = lambda x, stream=None: x.a.copy()
+    cp.Stream = Stream
+    cp.cuda = types.SimpleNamespace(get_current_stream=lambda: current[-1], Device=Dev, Stream=Stream,
+                                    ExternalStream=Stream, runtime=types.SimpleNamespace(
+                                        getDeviceCount=lambda: 1, getDevice=lambda: 0,
+                                        deviceSynchronize=lambda: events.append(("sync", None))))
+    cp.cuda.Stream.null = null
+    cp.asarray = asarray
+    cp.empty = new(aligned_empty)
+    cp.zeros = new(lambda shape, dtype: np.zeros(shape, dtype=dtype))
+    cp.cumsum = new(lambda x: np.cumsum(x.a))
+    cp.clip = new(lambda x, lo, hi: np.clip(x.a, lo, hi))
+    cp.where = new(lambda c, x, y: np.where(c.a, x, y.a))
+    cp.asnumpy = asnumpy
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(cuda_backend._Module, "get", classmethod(lambda cls, source, name: Module(source)))
     return cp
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """np.empty at a 256-byte boundary, as CUDA's allocators give (NumPy's vary modulo 64)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(n + 256, np.uint8)
+    skip = -raw.ctypes.data % 256
+    return raw[skip:skip + n].view(dtype).reshape(shape)
 
 
 _CFG_OF: dict = {}

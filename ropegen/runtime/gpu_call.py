@@ -1,15 +1,18 @@
 """Calling a GPU target's kernels, target-neutral: bind the arrays on runtime/host.py's convention,
 check on the host what only a GPU target checks there (sequence lengths, position arithmetic),
 pick the vector or the scalar kernel, work out the launch and the argument values, and turn the
-error word into lower/status.py's exceptions.
+error word into lower/status.py's exceptions, without a device sync on the default path (RopeRunner
+says when one is made).
 
 A target supplies its memory (runtime/host.py's Memory plus `error_word`, `to_host` and
 `prefix_sums`, below) and one function that launches a kernel; `rope_bind` is pure Python, so
-the CPU tests bind host memory through it and run the generated source on the host.
+the CPU tests bind host memory through it and run the generated source on the host. A repeated
+signature of device arrays takes a quick path that skips the binding (its first call checked it).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -40,11 +43,16 @@ class GpuMemory(Protocol):
     def prefix_sums(self, a: DeviceArray) -> DeviceArray:
         """The int64 inclusive prefix sums of an integer vector, on the device."""
     # optional: writes_back = True when NumPy arrays may be outputs (in place, out=): the memory runs
-    # the kernel on device copies and `returned` copies the results into them
+    # the kernel on device copies and `returned` copies the results into them. Without a sync:
+    # stream_key, stream, device, zero(word), host_copy(a), device_sequences(a, indptr, S); on the type,
+    # caller_stream(arrays, out) and, for the quick path, signature(arrays) -> (key, addresses, stream) |
+    # None, specs(outputs) and allocate(specs) -> (arrays, addresses) (backends/cuda/memory.py says more)
 
 
-# launch(memory, kernel, launch shape, argument values in parameter order)
+# launch(memory, kernel, launch shape, argument values in parameter order); optional: prepared(kernel,
+# launch shape, values, pointer slots) -> launch(memory, addresses), for the quick path
 Launcher = Callable[[Any, Any, Launch, list], None]
+Read = Callable[[str], 'np.ndarray | None']    # read(input name): its values on the host, or None
 
 
 def tokens_of(p: RopePlan, arrs: dict[str, DeviceArray]) -> tuple[int, int]:
@@ -106,21 +114,24 @@ def positions_fit(start: int, S: int, pads: tuple[int, ...], first: int | None =
     return all(lo <= v <= hi for v in values)
 
 
-def check_position_arith(p: RopePlan, arrs: dict[str, DeviceArray], mem: GpuMemory, B: int, S: int) -> None:
-    """ValueError when the position arithmetic of a form with a start (arange, glm2d) would overflow
-    (always checked: a few scalars and the [batch] pads, read back to the host)."""
+def check_position_arith(p: RopePlan, value: Read, B: int, S: int) -> None:
+    """ValueError when the position arithmetic of a form with a start (arange, glm2d) would overflow:
+    a few scalars and the [batch] pads. Skipped when `value` cannot give one without a read-back the
+    call does not make (device inputs, check=False): the kernel's 64-bit arithmetic then wraps, which
+    reads nothing out of bounds (table rows are range-checked) but gives unspecified values."""
     pos = p.positions
     if not forms.position_of(pos).offset_arith or not B * S:
         return
+    got = {v: value(v) for v in (pos.start, pos.first_seqlen, pos.pad) if isinstance(v, str)}
+    if any(v is None for v in got.values()):
+        return
 
     def scalar(v) -> int | None:
-        if v is None or isinstance(v, int):
-            return v
-        return int(mem.to_host(arrs[v]).reshape(()))
+        return int(got[v].reshape(())) if isinstance(v, str) else v
 
     pads: tuple[int, ...] = (0,)
     if pos.pad:
-        host_pads = mem.to_host(arrs[pos.pad]).astype(np.int64)
+        host_pads = got[pos.pad].astype(np.int64)
         pads = (int(host_pads.min()), int(host_pads.max()))
     start, first = scalar(pos.start), scalar(pos.first_seqlen)
     if not positions_fit(start, S, pads, first):
@@ -129,16 +140,124 @@ def check_position_arith(p: RopePlan, arrs: dict[str, DeviceArray], mem: GpuMemo
                          f"[{min(pads)}, {max(pads)}])")
 
 
+def packed_sequences(p: RopePlan, mem: GpuMemory, arrs: dict[str, DeviceArray], S: int, value: Read) -> DeviceArray:
+    """The int64 prefix sums of the packed sequences on the device; `arrs` gets the lengths the kernels
+    read (an indptr's differences). What the shapes say is checked here; the values on the host when
+    `value` gives them, else on the device (memory's `device_sequences`) where the kernel reports
+    them in its error word: no read-back before the launch."""
+    seq, off = p.sequences, p.positions.offsets
+    n = arrs[seq].shape[0]
+    n_seq = n - 1 if p.ir.sequences_indptr else n
+    if n_seq < 0:
+        raise ValueError(f"{seq}: the indptr must start at 0, never decrease and end at the {S} packed tokens")
+    if off and arrs[off].shape[0] != n_seq:
+        raise ValueError(f"{off}: {arrs[off].shape[0]} offsets for {n_seq} sequences")
+    values = value(seq)
+    if values is None and n_seq * (S + 1) < 2 ** 63 and hasattr(mem, "device_sequences"):
+        arrs[seq], ends = mem.device_sequences(arrs[seq], p.ir.sequences_indptr, S)
+        return ends
+    if values is None:    # so many sequences that the clipped sums could wrap: check them here
+        values = mem.to_host(arrs[seq])
+    # checked before any launch: every index derives from these; a wrapped int64 sum must not pass for S
+    if p.ir.sequences_indptr:     # the kernels read lengths: upload the indptr's differences
+        values = sequence_lengths(p, values, S)
+        arrs[seq] = mem.take(seq, values, 1)
+    host_lens = values.astype(np.int64)
+    if bool(((host_lens < 0) | (host_lens > S)).any()) or int(host_lens.sum()) != S:
+        raise ValueError(f"{seq}: sequence lengths must be in [0, {S}] and sum to the {S} packed tokens")
+    offs = value(off) if off else None
+    top = np.iinfo(np.int64).max - (np.maximum(host_lens, 1) - 1)
+    if offs is not None and bool((offs.astype(np.int64) > top).any()):
+        raise ValueError(f"{off}: offset + index overflows int64")
+    return mem.prefix_sums(arrs[seq])
+
+
+@dataclass
+class Flags:
+    """One operator's error words on one (device, stream), made once: `deferred` collects calls with
+    check=False until check_errors(), `checked` serves each call with check=True (cleared when set);
+    `shapes`: the last call's input shapes, for the message."""
+    deferred: DeviceArray
+    checked: DeviceArray
+    stream: Any
+    shapes: dict
+
+
+@dataclass
+class Quick:
+    """A repeated signature's call: its outputs' specs (memory's allocate), shapes, the launch
+    with every argument but the addresses converted once, and the outputs' addresses modulo 64 (new
+    outputs must match them, as the inputs match the signature's, for the same kernel to be right)."""
+    outputs: list
+    shapes: dict
+    launch: Callable[[Any, list], None]
+    aligned: list
+
+
 class RopeRunner:
     """A RoPE operator on a GPU target: `memory(stream)` makes one call's memory, `launch` runs a
-    kernel, `kernel_word` names the kernel in status messages ("the CUDA kernel")."""
+    kernel, `kernel_word` names the kernel in status messages ("the CUDA kernel").
+
+    check=True reads the error word back after the launch (a sync) and raises; check=False records
+    errors in a word kept per (device, stream) that `check_errors()` reads. The default (None) is
+    True when every input came from the host (the call syncs to return NumPy anyway) or the memory
+    keeps no such word, else False: a call on device arrays neither syncs nor reads back (CUDA-graph
+    capturable), except for longrope / dynamic_ntk rows, which depend on the largest position (read
+    back, as transformers' own `torch.max(position_ids)` is). Sequence lengths, offsets and position
+    arithmetic are checked on the host when their values are there or check=True; otherwise the
+    kernels test the lengths, and offsets or positions that overflow int64 give unspecified values.
+    With check=False a token whose position is out of range is not written: its outputs hold what
+    the memory held (new outputs: unspecified; out= or in place: the previous values)."""
 
     def __init__(self, plan: RopePlan, cfg: RopeCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
         self.rows = frequency_rows(plan)
+        self.flags: dict[Any, Flags] = {}
+        self.quick: dict[tuple, Quick] = {}
+        self.caller_stream = getattr(memory, "caller_stream", None)
+        # the quick path: memory that reads signatures, a launcher that prepares, calls that read no values
+        self.quick_ok = hasattr(memory, "signature") and hasattr(launch, "prepared") and not plan.sequences \
+            and self.rows is None
 
-    def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None, **options):
+    def __call__(self, *arrays, check: bool | None = None, inplace: bool = False, out=None, stream=None, **options):
+        if self.quick_ok and not (check or inplace or options) and out is None:
+            got = self.memory.signature(arrays)
+            # (another stream than a tensor's own: the binding's DLPack export orders the two)
+            if got is not None and (stream is None or got[2] is None):
+                mem = self.memory(stream if stream is not None else got[2])
+                q = self.quick.get((got[0], mem.device))
+                if q is not None:
+                    outs, addresses = mem.allocate(q.outputs)
+                    if [a & 63 for a in addresses] == q.aligned:
+                        flags = self._flags(mem)
+                        flags.shapes = q.shapes
+                        q.launch(mem, got[1] + addresses + [flags.deferred.ptr])
+                        return tuple(outs)
+        if stream is None and self.caller_stream is not None:
+            stream = self.caller_stream(arrays, out)
+        return self._call(arrays, check, inplace, out, stream, options)
+
+    def _flags(self, mem) -> Flags:
+        f = self.flags.get(mem.stream_key)
+        if f is None:
+            f = self.flags[mem.stream_key] = Flags(mem.error_word(), mem.error_word(), mem.stream, {})
+        return f
+
+    def check_errors(self) -> None:
+        """Raise what kernels run with check=False recorded since the last check, as a call with
+        check=True would have (ValueError), and clear it. Synchronises each stream this operator ran on."""
+        for f in self.flags.values():
+            mem = self.memory(f.stream)
+            code = status.from_word(int(mem.to_host(f.deferred)[0]))
+            if code:
+                mem.zero(f.deferred)
+                exc = status.error(self.p, code, f.shapes, None, self.kernel_word)
+                exc.args = (f"{exc.args[0]} (in a call with check=False since the last check; its outputs are "
+                            f"unspecified at the failing tokens)",)
+                raise exc
+
+    def _call(self, arrays, check, inplace, out, stream, options):
         p, cfg = self.p, self.cfg
         _no_options(options, self.kernel_word)
         mem = self.memory(stream)
@@ -147,31 +266,25 @@ class RopeRunner:
         call = host.bind(p, mem, RULES, arrays, inplace=inplace, out=out)
         arrs = call.inputs
         B, S = call.tokens()
-        freq = None
-        if self.rows is not None:   # their lengths are read back (as transformers' own `torch.max` is)
-            freq = mem.take("inv_freq", self.rows.for_call(lambda n: mem.to_host(arrs[n]), call.shapes), 2)
-        err = mem.error_word()
-        seq_ends = None
-        if p.sequences:
-            # checked on the host before any launch: the kernel derives every index from these,
-            # and a wrapped-around int64 sum must not pass for the token count
-            values = mem.to_host(arrs[p.sequences])
-            if p.ir.sequences_indptr:     # the kernels read lengths: upload the indptr's differences
-                values = sequence_lengths(p, values, S)
-                arrs[p.sequences] = mem.take(p.sequences, values, 1)
-            host_lens = values.astype(np.int64)
-            if bool(((host_lens < 0) | (host_lens > S)).any()) or int(host_lens.sum()) != S:
-                raise ValueError(f"{p.sequences}: sequence lengths must be in [0, {S}] and sum to the "
-                                 f"{S} packed tokens")
-            seq_ends = mem.prefix_sums(arrs[p.sequences])
-            if p.positions.offsets:   # one per sequence, offset + index within int64
-                offs = mem.to_host(arrs[p.positions.offsets]).astype(np.int64)
-                if offs.shape[0] != host_lens.shape[0]:
-                    raise ValueError(f"{p.positions.offsets}: {offs.shape[0]} offsets for {host_lens.shape[0]} "
-                                     f"sequences")
-                if bool((offs > np.iinfo(np.int64).max - (np.maximum(host_lens, 1) - 1)).any()):
-                    raise ValueError(f"{p.positions.offsets}: offset + index overflows int64")
-        check_position_arith(p, arrs, mem, B, S)
+        sticky = hasattr(mem, "stream_key")
+        if check is None:
+            check = not sticky or mem.host
+        host_copy = getattr(mem, "host_copy", lambda a: None)
+
+        def value(name: str) -> np.ndarray | None:   # None: only a read-back the call does not make has it
+            got = host_copy(arrs[name])
+            return got if got is not None or not (check or not sticky) else mem.to_host(arrs[name])
+
+        freq = None if self.rows is None else mem.take(   # their lengths are read back (inherent)
+            "inv_freq", self.rows.for_call(lambda n: mem.to_host(arrs[n]), call.shapes), 2)
+        if sticky:
+            flags = self._flags(mem)
+            flags.shapes = call.shapes
+            err = flags.checked if check else flags.deferred
+        else:
+            err = mem.error_word()
+        seq_ends = packed_sequences(p, mem, arrs, S, value) if p.sequences else None
+        check_position_arith(p, value, B, S)
         seq_ptr = seq_ends.ptr if seq_ends is not None and seq_ends.shape[0] else err.ptr
         k, launch, args = rope_bind(p, cfg, arrs, call.outputs, B, S, err.ptr, seq_ptr, call=call,
                                     freq_ptr=freq.ptr if freq is not None else 0)
@@ -181,12 +294,32 @@ class RopeRunner:
         if check:
             code = status.from_word(int(mem.to_host(err)[0]))
             if code:
+                if sticky:
+                    mem.zero(err)
                 exc = status.error(p, code, call.shapes, None, self.kernel_word)
                 if inplace or out is not None:   # every thread ran: the tokens that could be rotated were
                     exc.args = (f"{exc.args[0]} (the outputs' other tokens were written)",)
                 raise exc
+        elif self.quick_ok and sticky and not (inplace or out is not None or mem.host) and B * S:
+            self._learn(arrays, mem, call, k, launch, args)
         # keep every input alive until the launch is queued; results as NumPy when inputs were
         return call.returned()
+
+    def _learn(self, arrays, mem, call: host.Call, k, launch: Launch, args: list) -> None:
+        """Keep what a call of this signature needs again (the quick path of __call__)."""
+        got = self.memory.signature(arrays)
+        names = list(call.inputs)
+        if got is None or [call.inputs[n].ptr for n in names] != got[1]:
+            return
+        outs = list(call.outputs.values())
+        where = {("in", n): i for i, n in enumerate(names)}
+        where.update({("out", n): len(names) + i for i, n in enumerate(call.outputs)})
+        where[("err",)] = len(names) + len(outs)
+        slots = [(i, where[prm.source]) for i, prm in enumerate(k.params) if prm.source in where]
+        if any(prm.is_pointer and prm.source not in where for prm in k.params):
+            return
+        self.quick[(got[0], mem.device)] = Quick(self.memory.specs(outs), call.shapes, self.launch.prepared(
+            k, launch, args, slots), [o.ptr & 63 for o in outs])
 
 
 def row_stride(p: RmsNormPlan, a: DeviceArray, name: str) -> int:
@@ -214,16 +347,20 @@ def row_stride(p: RmsNormPlan, a: DeviceArray, name: str) -> int:
 
 class RmsRunner:
     """An RMSNorm operator on a GPU target (the arguments as RopeRunner's). The call takes the
-    operator's inputs in declaration order and returns y (and h, with a residual)."""
+    operator's inputs in declaration order and returns y (and h, with a residual); its kernels
+    report no errors (`check` is accepted and changes nothing), and it runs on the caller's stream
+    like RopeRunner."""
 
     def __init__(self, plan: RmsNormPlan, cfg: RmsCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
                  kernel_word: str):
         self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
 
-    def __call__(self, *arrays, check: bool = True, inplace: bool = False, out=None, stream=None, **options):
+    def __call__(self, *arrays, check: bool | None = None, inplace: bool = False, out=None, stream=None,
+                 **options):
         p, cfg = self.p, self.cfg
         _no_options(options, self.kernel_word)
-        mem = self.memory(stream)
+        caller_stream = getattr(self.memory, "caller_stream", None)
+        mem = self.memory(stream if stream is not None or caller_stream is None else caller_stream(arrays, out))
         if inplace and not getattr(mem, "writes_back", False) and any(isinstance(a, np.ndarray) for a in arrays):
             raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
         call = host.bind(p, mem, RULES, arrays, out=out, inplace=inplace)
@@ -254,8 +391,7 @@ def _no_options(options: dict, kernel_word: str) -> None:
                          f"are {', '.join(sorted(OPTIONS))}")
 
 
-# The runner of each operator kind (the plan's `.kind` word).
-RUNNERS = {"rope": RopeRunner, "rmsnorm": RmsRunner}
+RUNNERS = {"rope": RopeRunner, "rmsnorm": RmsRunner}    # the runner of each operator kind (the plan's `.kind`)
 
 
 def runner(plan: Plan, cfg, memory: Callable[[Any], GpuMemory], launch: Launcher, kernel_word: str):
