@@ -1,6 +1,6 @@
 """GPU kernel shapes and launches for any GPU target: head streams, the RoPE and RMSNorm kernels'
-vector widths, head batches and blocks (a register budget, not a compiler's report), launch grids,
-and whether a call's arrays allow the vector kernel.
+vector widths and access bytes, blocks and register budgets, launch grids from the work (head groups
+at decode sizes), and whether a call's arrays allow the vector kernel.
 
 Every number a kernel's shape depends on is decided here; the target only spells the result.
 Nothing here imports a GPU library, so all of it is checked on machines without a GPU.
@@ -10,26 +10,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropegen.lower.abi import Param
-from ropegen.lower.gpu.tiles import (VECTOR_BYTES, TileGroup, acc_registers, element_map, group_tiles,
-                                     scalar_tiles, tiles, vector_width)
+from ropegen.lower.gpu.tiles import (VECTOR_BYTES, TileGroup, element_map, group_tiles, scalar_tiles, tiles,
+                                     vector_width)
 from ropegen.ops.plan import RmsNormPlan, RopePlan
 from ropegen.ops.rope.head_norm import HeadNormPlan
 
-ROPE_BLOCK = 256           # threads per block of the RoPE kernels
-ROPE_MIN_BLOCKS = 4        # __launch_bounds__(256, 4): at most 64 registers, half of an SM's threads
-ROPE_REGISTERS = 65536 // (ROPE_BLOCK * ROPE_MIN_BLOCKS)
+# Threads per block of the RoPE kernels: one block covers 64 token-tiles of one head group
+# (rope_launch). At the register budget an SM holds 1024 threads (2048 / 2): 64-thread blocks reach
+# that with 16 blocks (under the 32-block limit), and at decode sizes they spread the same work over
+# up to 4x the SMs of 256-thread blocks (T = 16, llama3 q+k: 2 x 40 head groups = 80 blocks, not 40).
+ROPE_BLOCK = 64
+ROPE_REGISTERS = 64        # per thread: half of an SM's threads resident
 # a whole-head kernel (a stream normalized per head: one thread runs every tile of a head, after the
-# head's sum of squares) holds more live values: (256, 2) lets it have 128 registers instead of spilling
-ROPE_MIN_BLOCKS_WHOLE_HEAD = 2
-ROPE_FIXED_REGISTERS = 44  # indices, pointers, strides, loop state (from ptxas -v)
-MAX_HEAD_BATCH = 4         # head units whose loads are issued before any store (memory parallelism)
-# Resident threads wanted in flight: about half of an H100's 132 SMs x 2048 threads. Fewer
-# token-tiles than this and the heads are split into groups (each group recomputes its angles).
+# head's sum of squares) holds more live values: 128 registers instead of spilling
+ROPE_REGISTERS_WHOLE_HEAD = 128
+SM_REGISTERS = 65536
+ROPE_MIN_BLOCKS = SM_REGISTERS // (ROPE_BLOCK * ROPE_REGISTERS)       # __launch_bounds__(64, 16)
+ROPE_MIN_BLOCKS_WHOLE_HEAD = SM_REGISTERS // (ROPE_BLOCK * ROPE_REGISTERS_WHOLE_HEAD)
+# Threads wanted in flight: about what an H100 holds at the budget (132 SMs x 1024). Fewer
+# token-tiles than this and the heads of a token are split over that many more threads (head groups,
+# each recomputing its tokens' angles), down to one head unit per thread: the grid follows the work,
+# head-parallel at decode sizes, token-parallel at prefill sizes.
 TARGET_THREADS = 1 << 17
-MAX_HEAD_GROUPS = 8
+MAX_GRID_Y = 65535         # the head groups are the grid's y extent
 RMS_MAX_BLOCK = 1024
 RMS_VECTORS_PER_THREAD = 4  # aim: each thread of an RMSNorm block owns about this many vectors
-RMS_MAX_CACHED = 16         # vectors per thread kept in registers between the two passes
+RMS_MAX_CACHED = 16         # vectors per thread kept in registers between the two passes ...
+# ... and at most this share of the registers __launch_bounds__(block) leaves a thread (the rest:
+# pointers, the loop, the sum and the vectors in flight); a longer row is read twice instead of spilling
+RMS_CACHE_SHARE = 2
+# Rows of at most 32 * RMS_VECTORS_PER_THREAD vectors (per-head norms [T*32, 128]) are summed within
+# a warp: a row has min(32, its vectors rounded up to a power of two) lanes, so no lane of a 16-vector
+# row idles, the sum is shuffles only, and a block holds this many threads' worth of rows
+RMS_ROWS_BLOCK = 128
 
 
 
@@ -79,13 +92,14 @@ class RopeKernel:
     groups: tuple[TileGroup, ...]
     params: tuple[Param, ...]
     strided: bool          # element (head_dim) strides are parameters (scalar kernel)
-    head_batch: int        # head units loaded before the first store
     # one thread runs every tile of its token's heads (an operator with a per-head norm: each
     # head's sum of squares is read before any of it is stored, so in place is race-free)
     whole_head: bool = False
     # a stream normalized over all of a token's heads (OLMo 2): its sum needs every head before any
     # is stored, so one thread runs all heads of its token (head_groups 1)
     over_heads: bool = False
+    itemsize: int = 0      # bytes of an element of x
+    out_itemsize: int = 0  # ... and of y (an fp8 output: 1; a target without vectors of it stores elements)
 
     @property
     def n_tiles(self) -> int:
@@ -96,26 +110,15 @@ class RopeKernel:
         return 1 if self.whole_head else self.n_tiles
 
     @property
-    def batched(self) -> bool:
-        return self.head_batch > 1
+    def access_bytes(self) -> int:
+        """Bytes of one vector load of x: one global access, 16 where the tiling allows, 8 where it
+        needs narrower vectors (ATB, compute f64); 0: element accesses."""
+        return self.vector * self.itemsize if self.vector > 1 else 0
 
-
-def _registers(groups: tuple[TileGroup, ...], v: int, itemsize: int, acc_regs: int, heads: int) -> int:
-    """A conservative estimate of a RoPE kernel's registers with `heads` heads in flight."""
-    slots = max(g.n_slots for g in groups)
-    n_vec = max(g.n_vec for g in groups)
-    per_vector = max(1, v * itemsize // 4)
-    per_head = n_vec * (2 * per_vector + 2)     # loaded and rotated vectors, 64-bit addresses
-    return ROPE_FIXED_REGISTERS + 2 * slots * acc_regs + heads * per_head
-
-
-def head_batch(groups: tuple[TileGroup, ...], v: int, itemsize: int, acc_regs: int) -> int:
-    """Heads in flight per thread, as many as fit the register budget next to the angle slots
-    (ROPE_MIN_BLOCKS blocks per SM keep enough loads in flight even at one head)."""
-    hb = MAX_HEAD_BATCH
-    while hb > 1 and _registers(groups, v, itemsize, acc_regs, hb) > ROPE_REGISTERS:
-        hb //= 2
-    return hb
+    @property
+    def store_bytes(self) -> int:
+        """Bytes of one vector store of y (an fp8 y: a quarter or an eighth of the load)."""
+        return self.vector * self.out_itemsize if self.vector > 1 else 0
 
 
 def rope_kernels(p: RopePlan, vec_params: tuple[Param, ...], scalar_params: tuple[Param, ...]
@@ -126,9 +129,10 @@ def rope_kernels(p: RopePlan, vec_params: tuple[Param, ...], scalar_params: tupl
     vec_groups = group_tiles(tiles(element_map(p), v))  # type: ignore[arg-type]
     whole = any(s.norm for s in p.streams)
     over = any(s.norm and s.norm.over_heads for s in p.streams)
-    vec = RopeKernel(f"{p.name}_vec", v, vec_groups, vec_params, False,
-                     head_batch(vec_groups, v, p.storage.itemsize, acc_registers(p)), whole, over)
-    scal = RopeKernel(f"{p.name}_scalar", 1, group_tiles(scalar_tiles(p)), scalar_params, True, 1, whole, over)
+    size, out = p.storage.itemsize, (p.out_dtype or p.storage).itemsize
+    vec = RopeKernel(f"{p.name}_vec", v, vec_groups, vec_params, False, whole, over, size, out)
+    scal = RopeKernel(f"{p.name}_scalar", 1, group_tiles(scalar_tiles(p)), scalar_params, True, whole, over,
+                      size, out)
     return vec, scal
 
 
@@ -140,21 +144,20 @@ class Launch:
 
 
 def head_groups(cfg, kernel: RopeKernel, tokens: int) -> int:
-    """Split the heads of a token over several threads only when tokens alone leave the GPU idle
-    (a whole-head kernel always gives each thread one real head, or all of them when a stream is
-    normalized over its heads: gpu/_head_norm.inc.j2)."""
+    """How many threads share the heads of one token-tile: as few as keep TARGET_THREADS busy, at
+    most one per head unit (a whole-head kernel: per real head; a stream normalized over its heads:
+    one, gpu/_head_norm.inc.j2)."""
     if kernel.over_heads:
         return 1
-    if kernel.whole_head:
-        return max(1, cfg.real_heads)
-    threads = max(1, tokens * kernel.threads_per_token)
-    most = max(1, min(MAX_HEAD_GROUPS, cfg.total_heads // kernel.head_batch))
-    return max(1, min(most, -(-TARGET_THREADS // threads)))
+    most = max(1, min(MAX_GRID_Y, cfg.real_heads if kernel.whole_head else cfg.total_heads))
+    per_group = max(1, tokens * kernel.threads_per_token)
+    return max(1, min(most, -(-TARGET_THREADS // per_group)))
 
 
 def rope_launch(cfg, kernel: RopeKernel, tokens: int, n_seq: int = 0) -> Launch:
     """Grid and block for `tokens` tokens (and `n_seq` sequence lengths to validate); `cfg` is a
-    target's RoPE configuration (its `total_heads` and `block`)."""
+    target's RoPE configuration (its `total_heads`, `real_heads` and `block`). x: one thread per
+    (token, tile); y: the head groups (gpu/_rope.inc.j2)."""
     groups = head_groups(cfg, kernel, tokens)
     threads = max(tokens * kernel.threads_per_token, n_seq, 1)
     blocks = -(-threads // cfg.block)
@@ -177,29 +180,42 @@ def rope_vector_ok(v: int, itemsize: int, tensors: list[tuple[int, dict[str, int
 
 
 # ---------------------------------------------------------------------------------------------
-# RMSNorm kernels: one block per row
+# RMSNorm kernels: a block per row, or several short rows per block
 
 @dataclass(frozen=True)
 class RmsKernel:
     name: str
     vector: int
     block: int
-    items: int             # vectors per thread
+    items: int             # vectors per lane, at most
     cache: bool            # keep the row's vectors in registers between the two passes
     params: tuple[Param, ...]
     n_vectors: int         # vectors per row
     warps: int
+    lanes: int = 0         # threads of a row (a target that sums within warps: gpu/_rmsnorm.inc.j2) ...
+    rows: int = 1          # ... and rows of a block (block = rows * lanes)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 def rms_kernel(p: RmsNormPlan, name: str, v: int, params: tuple[Param, ...]) -> RmsKernel:
     nv = p.norm_size // v
-    block = min(RMS_MAX_BLOCK, max(32, 32 * -(-nv // (32 * RMS_VECTORS_PER_THREAD))))
-    items = -(-nv // block)
+    if nv <= 32 * RMS_VECTORS_PER_THREAD:    # a row within a warp: several rows per block
+        lanes = min(32, _pow2_at_least(nv))
+        rows = RMS_ROWS_BLOCK // lanes
+    else:
+        lanes = min(RMS_MAX_BLOCK, 32 * -(-nv // (32 * RMS_VECTORS_PER_THREAD)))
+        rows = 1
+    block = lanes * rows
+    items = -(-nv // lanes)
     # with a residual the cache holds each element's sum in the stash type, wider than x: it may
-    # take no more registers than RMS_MAX_CACHED full vectors (without one it holds x's vectors)
+    # take no more registers than RMS_MAX_CACHED full vectors, nor more than its share of the budget
     cached = p.stash.itemsize if p.residual else p.x.itemsize
-    cache = items <= RMS_MAX_CACHED and items * v * cached <= RMS_MAX_CACHED * VECTOR_BYTES
-    return RmsKernel(name, v, block, items, cache, params, nv, block // 32)
+    budget = min(255, SM_REGISTERS // block) // RMS_CACHE_SHARE * 4     # bytes
+    cache = items <= RMS_MAX_CACHED and items * v * cached <= min(RMS_MAX_CACHED * VECTOR_BYTES, budget)
+    return RmsKernel(name, v, block, items, cache, params, nv, block // 32, lanes, rows)
 
 
 def rms_vector_width(p: RmsNormPlan) -> int:
@@ -211,7 +227,9 @@ def rms_vector_width(p: RmsNormPlan) -> int:
 
 
 def rms_launch(k: RmsKernel, rows: int) -> Launch:
-    blocks = max(1, min(rows, 2**31 - 1))   # the kernel strides over rows beyond the grid
+    """A block per k.rows rows (a target that runs one row per block strides over the rest: the
+    kernel's row loop covers any grid)."""
+    blocks = max(1, min(-(-rows // k.rows), 2**31 - 1))   # the kernel strides over rows beyond the grid
     return Launch((blocks, 1, 1), (k.block, 1, 1), 1)
 
 
