@@ -143,7 +143,29 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     ctx.update(angles(p, p.angles, arith, params))
     ctx.update(_rope_quant(p, arith))
     ctx.update(_wide(p, arith, ctx["fp8"]))
+    for s, plan_stream in zip(streams, p.streams):
+        if s["norm"] is not None:
+            s["norm"]["grid"] = _norm_grid(p, plan_stream.norm, ctx["wide"])
+            # bf16's rounding without its NaN select, for rows where no NaN can arise (f16 has none)
+            s["norm"]["grid_fast"] = "rg_grid_bf16_fast" if s["norm"]["grid"] == "rg_grid_bf16" else ""
+            # the vector variants sum a head's squares from float with vector types (_inv_f): its float
+            # copy (grid), or the head itself where x is f32; not per token (OLMo 2's runs once a token)
+            s["norm"]["inv_f"] = (bool(s["norm"]["grid"]) or (p.storage.name, plan_stream.norm.stash.name) == ("f32", "f32")) \
+                and not plan_stream.norm.over_heads
+    norms = [s["norm"] for s in streams if s["norm"]]
+    ctx.update(float_norm=any(n["inv_f"] or n["grid"] for n in norms),
+               grid_bf16=any(n["grid"] == "rg_grid_bf16" for n in norms))
     return ctx
+
+
+def _norm_grid(p: RopePlan, n, wide: str) -> str:
+    """The float path of a normalized stream in the vector variants (templates/c/_head_norm.inc.j2): the
+    rounding onto x's grid in float lanes, where the head is rotated in float (`wide`) and the norm's
+    stash and product are float, so that its float copy holds exactly the values it sums and scales;
+    '' keeps the storage round trip."""
+    if not wide or (n.stash.name, n.product.name) != ("f32", "f32"):
+        return ""
+    return {"bf16": "rg_grid_bf16", "f16": "rg_round_f16"}[wide]
 
 
 def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
@@ -161,7 +183,10 @@ def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         at = max(at, hi)
     if at < p.unit:
         ranges.append((at, p.unit))
-    return dict(wide=p.storage.name, wide_ranges=[(lo, hi - lo) for lo, hi in ranges])   # (first, count)
+    return dict(wide=p.storage.name, wide_ranges=[(lo, hi - lo) for lo, hi in ranges],   # (first, count)
+                # the rotated ranges' conversion: bf16's checks for NaN once per run (rope.c.j2)
+                wide_out="rg_bf16_out_fast" if p.storage.name == "bf16" else "rg_f16_out",
+                wide_passthrough=[(lo, hi - lo) for lo, hi in sorted(p.passthrough)])
 
 
 def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:
