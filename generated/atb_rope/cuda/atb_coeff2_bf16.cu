@@ -21,7 +21,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 8 threads per token.
 //   atb_coeff2_bf16_scalar: any strides. 32 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 5 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -38,14 +39,63 @@ struct alignas(sizeof(T) * N) Vec {
     T v[N];
 };
 
+// The bits of a vector of B bytes: 32-bit words, or one narrower word.
+template <int B> struct alignas(B) Bits { unsigned int w[B / 4]; };
+template <> struct alignas(2) Bits<2> { unsigned short w[1]; };
+template <> struct alignas(1) Bits<1> { unsigned char w[1]; };
+
+template <typename T, int N>
+union VecBits {
+    Vec<T, N> vec;
+    Bits<sizeof(T) * N> bits;
+};
+
+// One global access of a vector's bits. NVVM splits the copy of an aggregate (a Vec, even a uint4
+// assembled from 16-bit lanes) into 32-bit or narrower accesses, so 16 and 8 bytes are spelled in PTX:
+// ld/st.global.v4.b32 (128 bits) and .v2.b32 (64 bits), what lower/gpu/launch.py plans and
+// tests/test_cuda_ptx.py finds in the compiled code. Volatile: they stay in program order, so a
+// thread's loads of a head precede its stores (in place) exactly as written.
+template <int B>
+__device__ __forceinline__ Bits<B> load_bits(const void* p) { return *reinterpret_cast<const Bits<B>*>(p); }
+template <int B>
+__device__ __forceinline__ void store_bits(void* p, const Bits<B>& b) { *reinterpret_cast<Bits<B>*>(p) = b; }
+#ifdef __CUDA_ARCH__
+template <>
+__device__ __forceinline__ Bits<16> load_bits<16>(const void* p) {
+    Bits<16> b;
+    asm volatile("ld.global.v4.b32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ Bits<8> load_bits<8>(const void* p) {
+    Bits<8> b;
+    asm volatile("ld.global.v2.b32 { %0, %1 }, [%2];" : "=r"(b.w[0]), "=r"(b.w[1]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ void store_bits<16>(void* p, const Bits<16>& b) {
+    asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]), "r"(b.w[3]) : "memory");
+}
+template <>
+__device__ __forceinline__ void store_bits<8>(void* p, const Bits<8>& b) {
+    asm volatile("st.global.v2.b32 [%0], { %1, %2 };" :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]) : "memory");
+}
+#endif
+
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load(const T* p) {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
+    VecBits<T, N> u;
+    u.bits = load_bits<sizeof(T) * N>(p);
+    return u.vec;
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
+    VecBits<T, N> u;
+    u.vec = v;
+    store_bits<sizeof(T) * N>(p, u.bits);
 }
 
 // Conversions, each rounding once to nearest even (cvt<To>(from)).
@@ -98,7 +148,7 @@ __device__ __forceinline__ acc_t rot_add(acc_t x, acc_t xp, acc_t c, acc_t s) { 
 
 }  // namespace ropegen_atb_coeff2_bf16
 
-extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_vec(
+extern "C" __global__ void __launch_bounds__(64, 16) atb_coeff2_bf16_vec(
     const __nv_bfloat16* x_rope_q,
     __nv_bfloat16* y_rope_q,
     long long x_rope_q_sb,
@@ -133,9 +183,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_vec(
     int* err)
 {
     using namespace ropegen_atb_coeff2_bf16;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     // sequence lengths: each >= 0 and summing to the packed tokens
-    if (blockIdx.y == 0) {
+    if (group == 0) {
         if (gid < n_seq && t_seqlen[gid * t_seqlen_si] < 0) atomicOr(err, ERR_SEQUENCES);
         if (gid == 0 && (n_seq > 0 ? seq_ends[n_seq - 1] : 0LL) != seq_len) atomicOr(err, ERR_SEQUENCES);
     }
@@ -148,8 +200,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_vec(
     const long long crow0 = b * t_cos_sb + s * t_cos_ss;
     const long long srow0 = b * t_sin_sb + s * t_sin_ss;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 8) {
         // tiles [0, 8), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3, 32, 33, 34, 35), position stream 0
         const int i = tile - 0;
@@ -178,27 +230,24 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_vec(
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long long xb = b * x_rope_q_sb + s * x_rope_q_ss;
             const long long yb = b * y_rope_q_sb + s * y_rope_q_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 4> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_rope_q_sh, 1);
-                    xv[u][0] = load<storage_t, 4>(x_rope_q + hx + off0);
-                    xv[u][1] = load<storage_t, 4>(x_rope_q + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 4> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_rope_q_sh, 1);
+                    xv[0] = load<storage_t, 4>(x_rope_q + hx + off0);
+                    xv[1] = load<storage_t, 4>(x_rope_q + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_rope_q_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_rope_q_sh, 1);
                     Vec<storage_t, 4> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[4], as[4]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[5], as[5]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[6], as[6]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[4], as[4]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[5], as[5]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[6], as[6]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[7], as[7]));
                     store<storage_t, 4>(y_rope_q + hy + off0, yv[0]);
                     store<storage_t, 4>(y_rope_q + hy + off1, yv[1]);
                 }
@@ -210,27 +259,24 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_vec(
             const int hi_h = h_hi < 5 ? h_hi - 4 : 1;
             const long long xb = b * x_rope_k_sb + s * x_rope_k_ss;
             const long long yb = b * y_rope_k_sb + s * y_rope_k_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 4> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_rope_k_sh, 1);
-                    xv[u][0] = load<storage_t, 4>(x_rope_k + hx + off0);
-                    xv[u][1] = load<storage_t, 4>(x_rope_k + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 4> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_rope_k_sh, 1);
+                    xv[0] = load<storage_t, 4>(x_rope_k + hx + off0);
+                    xv[1] = load<storage_t, 4>(x_rope_k + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_rope_k_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_rope_k_sh, 1);
                     Vec<storage_t, 4> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[4], as[4]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[5], as[5]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[6], as[6]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[4], as[4]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[5], as[5]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[6], as[6]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[7], as[7]));
                     store<storage_t, 4>(y_rope_k + hy + off0, yv[0]);
                     store<storage_t, 4>(y_rope_k + hy + off1, yv[1]);
                 }
@@ -241,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_vec(
 }
 
 
-extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_scalar(
+extern "C" __global__ void __launch_bounds__(64, 16) atb_coeff2_bf16_scalar(
     const __nv_bfloat16* x_rope_q,
     __nv_bfloat16* y_rope_q,
     long long x_rope_q_sb,
@@ -280,9 +326,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_scalar(
     int* err)
 {
     using namespace ropegen_atb_coeff2_bf16;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     // sequence lengths: each >= 0 and summing to the packed tokens
-    if (blockIdx.y == 0) {
+    if (group == 0) {
         if (gid < n_seq && t_seqlen[gid * t_seqlen_si] < 0) atomicOr(err, ERR_SEQUENCES);
         if (gid == 0 && (n_seq > 0 ? seq_ends[n_seq - 1] : 0LL) != seq_len) atomicOr(err, ERR_SEQUENCES);
     }
@@ -295,8 +343,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_scalar(
     const long long crow0 = b * t_cos_sb + s * t_cos_ss;
     const long long srow0 = b * t_sin_sb + s * t_sin_ss;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 1 i, cos/sin columns 0 + 1 i + (0, 32), position stream 0
         const int i = tile - 0;
@@ -313,21 +361,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_scalar(
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long long xb = b * x_rope_q_sb + s * x_rope_q_ss;
             const long long yb = b * y_rope_q_sb + s * y_rope_q_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_rope_q_sh, x_rope_q_sd);
-                    xv[u][0] = load<storage_t, 1>(x_rope_q + hx + off0 * x_rope_q_sd);
-                    xv[u][1] = load<storage_t, 1>(x_rope_q + hx + off1 * x_rope_q_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_rope_q_sh, x_rope_q_sd);
+                    xv[0] = load<storage_t, 1>(x_rope_q + hx + off0 * x_rope_q_sd);
+                    xv[1] = load<storage_t, 1>(x_rope_q + hx + off1 * x_rope_q_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_rope_q_sh, y_rope_q_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_rope_q_sh, y_rope_q_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[1], as[1]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[1], as[1]));
                     store<storage_t, 1>(y_rope_q + hy + off0 * y_rope_q_sd, yv[0]);
                     store<storage_t, 1>(y_rope_q + hy + off1 * y_rope_q_sd, yv[1]);
                 }
@@ -339,21 +384,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) atb_coeff2_bf16_scalar(
             const int hi_h = h_hi < 5 ? h_hi - 4 : 1;
             const long long xb = b * x_rope_k_sb + s * x_rope_k_ss;
             const long long yb = b * y_rope_k_sb + s * y_rope_k_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_rope_k_sh, x_rope_k_sd);
-                    xv[u][0] = load<storage_t, 1>(x_rope_k + hx + off0 * x_rope_k_sd);
-                    xv[u][1] = load<storage_t, 1>(x_rope_k + hx + off1 * x_rope_k_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_rope_k_sh, x_rope_k_sd);
+                    xv[0] = load<storage_t, 1>(x_rope_k + hx + off0 * x_rope_k_sd);
+                    xv[1] = load<storage_t, 1>(x_rope_k + hx + off1 * x_rope_k_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_rope_k_sh, y_rope_k_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_rope_k_sh, y_rope_k_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[1], as[1]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[1], as[1]));
                     store<storage_t, 1>(y_rope_k + hy + off0 * y_rope_k_sd, yv[0]);
                     store<storage_t, 1>(y_rope_k + hy + off1 * y_rope_k_sd, yv[1]);
                 }

@@ -21,7 +21,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 4 threads per token.
 //   atb_coeffW_high_precision_scalar: any strides. 16 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 8 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -122,7 +123,7 @@ static inline acc_t mul(acc_t a, acc_t b) { return rnd(mul_f32(a, b)); }
 static inline acc_t rot_sub(acc_t x, acc_t xp, acc_t c, acc_t s) { return sub_f32(mul(x, c), mul(xp, s)); }
 static inline acc_t rot_add(acc_t x, acc_t xp, acc_t c, acc_t s) { return add_f32(mul(x, c), mul(xp, s)); }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_precision_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void atb_coeffW_high_precision_vec(
     __global const ushort* x_rope_q_base, long x_rope_q_off,
     __global ushort* y_rope_q_base, long y_rope_q_off,
     long x_rope_q_sb,
@@ -166,9 +167,11 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
     __global const float* t_sin = t_sin_base + t_sin_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     // sequence lengths: each >= 0 and summing to the packed tokens
-    if (get_group_id(1) == 0) {
+    if (group == 0) {
         if (gid < n_seq && t_seqlen[gid * t_seqlen_si] < 0) atomic_or(err, ERR_SEQUENCES);
         if (gid == 0 && (n_seq > 0 ? seq_ends[n_seq - 1] : 0L) != seq_len) atomic_or(err, ERR_SEQUENCES);
     }
@@ -181,8 +184,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
     const long crow0 = b * t_cos_sb + s * t_cos_ss;
     const long srow0 = b * t_sin_sb + s * t_sin_ss;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 4) {
         // tiles [0, 4), i = tile - 0: 1 vector(s) at unit offsets (0) + 8 i, cos/sin columns 0 + 8 i + (0, 1, 2, 3, 4, 5, 6, 7), position stream 0
         const int i = tile - 0;
@@ -210,26 +213,23 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_rope_q_sb + s * x_rope_q_ss;
             const long yb = b * y_rope_q_sb + s * y_rope_q_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rope_q_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_rope_q + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rope_q_sh, 1);
+                    xv[0] = load_storage_t_8(x_rope_q + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rope_q_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rope_q_sh, 1);
                     vec_storage_t_8 yv[1];
-                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][0].v[1]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[1]), cvt_f16_f32(xv[u][0].v[0]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[2]), cvt_f16_f32(xv[u][0].v[3]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[3]), cvt_f16_f32(xv[u][0].v[2]), ac[3], as[3]));
-                    yv[0].v[4] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[4]), cvt_f16_f32(xv[u][0].v[5]), ac[4], as[4]));
-                    yv[0].v[5] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[5]), cvt_f16_f32(xv[u][0].v[4]), ac[5], as[5]));
-                    yv[0].v[6] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[6]), cvt_f16_f32(xv[u][0].v[7]), ac[6], as[6]));
-                    yv[0].v[7] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[7]), cvt_f16_f32(xv[u][0].v[6]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[0].v[1]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[1]), cvt_f16_f32(xv[0].v[0]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[2]), cvt_f16_f32(xv[0].v[3]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[3]), cvt_f16_f32(xv[0].v[2]), ac[3], as[3]));
+                    yv[0].v[4] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[4]), cvt_f16_f32(xv[0].v[5]), ac[4], as[4]));
+                    yv[0].v[5] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[5]), cvt_f16_f32(xv[0].v[4]), ac[5], as[5]));
+                    yv[0].v[6] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[6]), cvt_f16_f32(xv[0].v[7]), ac[6], as[6]));
+                    yv[0].v[7] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[7]), cvt_f16_f32(xv[0].v[6]), ac[7], as[7]));
                     store_storage_t_8(y_rope_q + hy + off0, yv[0]);
                 }
 
@@ -240,26 +240,23 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
             const int hi_h = h_hi < 8 ? h_hi - 4 : 4;
             const long xb = b * x_rope_k_sb + s * x_rope_k_ss;
             const long yb = b * y_rope_k_sb + s * y_rope_k_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rope_k_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_rope_k + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rope_k_sh, 1);
+                    xv[0] = load_storage_t_8(x_rope_k + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rope_k_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rope_k_sh, 1);
                     vec_storage_t_8 yv[1];
-                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][0].v[1]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[1]), cvt_f16_f32(xv[u][0].v[0]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[2]), cvt_f16_f32(xv[u][0].v[3]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[3]), cvt_f16_f32(xv[u][0].v[2]), ac[3], as[3]));
-                    yv[0].v[4] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[4]), cvt_f16_f32(xv[u][0].v[5]), ac[4], as[4]));
-                    yv[0].v[5] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[5]), cvt_f16_f32(xv[u][0].v[4]), ac[5], as[5]));
-                    yv[0].v[6] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[6]), cvt_f16_f32(xv[u][0].v[7]), ac[6], as[6]));
-                    yv[0].v[7] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][0].v[7]), cvt_f16_f32(xv[u][0].v[6]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[0].v[1]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[1]), cvt_f16_f32(xv[0].v[0]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[2]), cvt_f16_f32(xv[0].v[3]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[3]), cvt_f16_f32(xv[0].v[2]), ac[3], as[3]));
+                    yv[0].v[4] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[4]), cvt_f16_f32(xv[0].v[5]), ac[4], as[4]));
+                    yv[0].v[5] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[5]), cvt_f16_f32(xv[0].v[4]), ac[5], as[5]));
+                    yv[0].v[6] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[6]), cvt_f16_f32(xv[0].v[7]), ac[6], as[6]));
+                    yv[0].v[7] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[0].v[7]), cvt_f16_f32(xv[0].v[6]), ac[7], as[7]));
                     store_storage_t_8(y_rope_k + hy + off0, yv[0]);
                 }
 
@@ -268,7 +265,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_precision_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void atb_coeffW_high_precision_scalar(
     __global const ushort* x_rope_q_base, long x_rope_q_off,
     __global ushort* y_rope_q_base, long y_rope_q_off,
     long x_rope_q_sb,
@@ -316,9 +313,11 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
     __global const float* t_sin = t_sin_base + t_sin_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     // sequence lengths: each >= 0 and summing to the packed tokens
-    if (get_group_id(1) == 0) {
+    if (group == 0) {
         if (gid < n_seq && t_seqlen[gid * t_seqlen_si] < 0) atomic_or(err, ERR_SEQUENCES);
         if (gid == 0 && (n_seq > 0 ? seq_ends[n_seq - 1] : 0L) != seq_len) atomic_or(err, ERR_SEQUENCES);
     }
@@ -331,8 +330,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
     const long crow0 = b * t_cos_sb + s * t_cos_ss;
     const long srow0 = b * t_sin_sb + s * t_sin_ss;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 16) {
         // tiles [0, 16), i = tile - 0: 2 vector(s) at unit offsets (0, 1) + 2 i, cos/sin columns 0 + 2 i + (0, 1), position stream 0
         const int i = tile - 0;
@@ -349,21 +348,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_rope_q_sb + s * x_rope_q_ss;
             const long yb = b * y_rope_q_sb + s * y_rope_q_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rope_q_sh, x_rope_q_sd);
-                    xv[u][0] = load_storage_t_1(x_rope_q + hx + off0 * x_rope_q_sd);
-                    xv[u][1] = load_storage_t_1(x_rope_q + hx + off1 * x_rope_q_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rope_q_sh, x_rope_q_sd);
+                    xv[0] = load_storage_t_1(x_rope_q + hx + off0 * x_rope_q_sd);
+                    xv[1] = load_storage_t_1(x_rope_q + hx + off1 * x_rope_q_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rope_q_sh, y_rope_q_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rope_q_sh, y_rope_q_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[0]), cvt_f16_f32(xv[u][0].v[0]), ac[1], as[1]));
+                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[0]), cvt_f16_f32(xv[0].v[0]), ac[1], as[1]));
                     store_storage_t_1(y_rope_q + hy + off0 * y_rope_q_sd, yv[0]);
                     store_storage_t_1(y_rope_q + hy + off1 * y_rope_q_sd, yv[1]);
                 }
@@ -375,21 +371,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void atb_coeffW_high_p
             const int hi_h = h_hi < 8 ? h_hi - 4 : 4;
             const long xb = b * x_rope_k_sb + s * x_rope_k_ss;
             const long yb = b * y_rope_k_sb + s * y_rope_k_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rope_k_sh, x_rope_k_sd);
-                    xv[u][0] = load_storage_t_1(x_rope_k + hx + off0 * x_rope_k_sd);
-                    xv[u][1] = load_storage_t_1(x_rope_k + hx + off1 * x_rope_k_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rope_k_sh, x_rope_k_sd);
+                    xv[0] = load_storage_t_1(x_rope_k + hx + off0 * x_rope_k_sd);
+                    xv[1] = load_storage_t_1(x_rope_k + hx + off1 * x_rope_k_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rope_k_sh, y_rope_k_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rope_k_sh, y_rope_k_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[0]), cvt_f16_f32(xv[u][0].v[0]), ac[1], as[1]));
+                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[0]), cvt_f16_f32(xv[0].v[0]), ac[1], as[1]));
                     store_storage_t_1(y_rope_k + hy + off0 * y_rope_k_sd, yv[0]);
                     store_storage_t_1(y_rope_k + hy + off1 * y_rope_k_sd, yv[1]);
                 }

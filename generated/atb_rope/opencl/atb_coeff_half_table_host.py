@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "atb_coeff_half_table_vec": (256, (
+    "atb_coeff_half_table_vec": (64, (
         ("x_rope_q", "pointer"),
         ("y_rope_q", "pointer"),
         ("x_rope_q_sb", "int64"),
@@ -54,7 +54,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "atb_coeff_half_table_scalar": (256, (
+    "atb_coeff_half_table_scalar": (64, (
         ("x_rope_q", "pointer"),
         ("y_rope_q", "pointer"),
         ("x_rope_q_sb", "int64"),

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "atb_cos_format1_vec": (256, (
+    "atb_cos_format1_vec": (64, (
         ("x_rope_q", "pointer"),
         ("y_rope_q", "pointer"),
         ("x_rope_q_sb", "int64"),
@@ -53,7 +53,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "atb_cos_format1_scalar": (256, (
+    "atb_cos_format1_scalar": (64, (
         ("x_rope_q", "pointer"),
         ("y_rope_q", "pointer"),
         ("x_rope_q_sb", "int64"),

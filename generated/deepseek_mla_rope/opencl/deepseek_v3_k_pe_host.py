@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "deepseek_v3_k_pe_vec": (256, (
+    "deepseek_v3_k_pe_vec": (64, (
         ("x_k_rot", "pointer"),
         ("y_k_rot", "pointer"),
         ("x_k_rot_sb", "int64"),
@@ -37,7 +37,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "deepseek_v3_k_pe_scalar": (256, (
+    "deepseek_v3_k_pe_scalar": (64, (
         ("x_k_rot", "pointer"),
         ("y_k_rot", "pointer"),
         ("x_k_rot_sb", "int64"),

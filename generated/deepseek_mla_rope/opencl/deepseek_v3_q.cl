@@ -18,7 +18,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 24 threads per token.
 //   deepseek_v3_q_scalar: any strides. 160 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 128 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -169,7 +170,7 @@ static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
     *s = angle_in(mul_f32(sv, 1.0f));
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void deepseek_v3_q_vec(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -191,7 +192,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_vec
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 24;
     const int tile = (int)(gid - token * 24);
     if (token >= n_tokens) return;
@@ -199,8 +202,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_vec
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 16) {
         // tiles [0, 16), i = tile - 0: 1 vector(s) at unit offsets (0) + 8 i, copied
         const int i = tile - 0;
@@ -210,18 +213,15 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_vec
             const int hi_h = h_hi < 128 ? h_hi - 0 : 128;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_q_rot + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_q_rot + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    store_storage_t_8(y_q_rot + hy + off0, xv[u][0]);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
+                    store_storage_t_8(y_q_rot + hy + off0, xv[0]);
                 }
 
             }
@@ -242,26 +242,23 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_vec
             const int hi_h = h_hi < 128 ? h_hi - 0 : 128;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_q_rot + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_q_rot + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_8 yv[1];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][0].v[1]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][0].v[3]), ac[1], as[1]));
-                    yv[0].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][0].v[2]), ac[1], as[1]));
-                    yv[0].v[4] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[4]), cvt_bf16_f32(xv[u][0].v[5]), ac[2], as[2]));
-                    yv[0].v[5] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][0].v[5]), cvt_bf16_f32(xv[u][0].v[4]), ac[2], as[2]));
-                    yv[0].v[6] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[6]), cvt_bf16_f32(xv[u][0].v[7]), ac[3], as[3]));
-                    yv[0].v[7] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][0].v[7]), cvt_bf16_f32(xv[u][0].v[6]), ac[3], as[3]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[0].v[1]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[0].v[3]), ac[1], as[1]));
+                    yv[0].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[0].v[2]), ac[1], as[1]));
+                    yv[0].v[4] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[4]), cvt_bf16_f32(xv[0].v[5]), ac[2], as[2]));
+                    yv[0].v[5] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[0].v[5]), cvt_bf16_f32(xv[0].v[4]), ac[2], as[2]));
+                    yv[0].v[6] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[6]), cvt_bf16_f32(xv[0].v[7]), ac[3], as[3]));
+                    yv[0].v[7] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[0].v[7]), cvt_bf16_f32(xv[0].v[6]), ac[3], as[3]));
                     store_storage_t_8(y_q_rot + hy + off0, yv[0]);
                 }
 
@@ -270,7 +267,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_vec
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void deepseek_v3_q_scalar(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -294,7 +291,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_sca
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 160;
     const int tile = (int)(gid - token * 160);
     if (token >= n_tokens) return;
@@ -302,8 +301,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_sca
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (128, 129) + 2 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -317,21 +316,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_sca
             const int hi_h = h_hi < 128 ? h_hi - 0 : 128;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -348,18 +344,15 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void deepseek_v3_q_sca
             const int hi_h = h_hi < 128 ? h_hi - 0 : 128;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
-                    store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, xv[u][0]);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
+                    store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, xv[0]);
                 }
 
             }

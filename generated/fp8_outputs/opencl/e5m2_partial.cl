@@ -22,7 +22,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 8 threads per token.
 //   e5m2_partial_scalar: any strides. 48 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 4 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -178,7 +179,7 @@ static inline uchar cvt_f32_f8e5m2(float v) {
 }
 
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void e5m2_partial_vec(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global uchar* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -203,7 +204,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_vec(
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 8;
     const int tile = (int)(gid - token * 8);
     if (token >= n_tokens) return;
@@ -211,8 +214,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_vec(
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 4) {
         // tiles [0, 4), i = tile - 0: 1 vector(s) at unit offsets (0) + 8 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
         const int i = tile - 0;
@@ -228,26 +231,23 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_vec(
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_q_rot + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_q_rot + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     const acc_t qs = cvt_f32_f32(t_s[0]);
-                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][0].v[1]), ac[0], as[0])), qs));
-                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[u][0].v[1]), cvt_f16_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[u][0].v[2]), cvt_f16_f32(xv[u][0].v[3]), ac[1], as[1])), qs));
-                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[u][0].v[3]), cvt_f16_f32(xv[u][0].v[2]), ac[1], as[1])), qs));
-                    y_q_rot[hy + off0 + 4] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[u][0].v[4]), cvt_f16_f32(xv[u][0].v[5]), ac[2], as[2])), qs));
-                    y_q_rot[hy + off0 + 5] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[u][0].v[5]), cvt_f16_f32(xv[u][0].v[4]), ac[2], as[2])), qs));
-                    y_q_rot[hy + off0 + 6] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[u][0].v[6]), cvt_f16_f32(xv[u][0].v[7]), ac[3], as[3])), qs));
-                    y_q_rot[hy + off0 + 7] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[u][0].v[7]), cvt_f16_f32(xv[u][0].v[6]), ac[3], as[3])), qs));
+                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[0].v[1]), ac[0], as[0])), qs));
+                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[0].v[1]), cvt_f16_f32(xv[0].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[0].v[2]), cvt_f16_f32(xv[0].v[3]), ac[1], as[1])), qs));
+                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[0].v[3]), cvt_f16_f32(xv[0].v[2]), ac[1], as[1])), qs));
+                    y_q_rot[hy + off0 + 4] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[0].v[4]), cvt_f16_f32(xv[0].v[5]), ac[2], as[2])), qs));
+                    y_q_rot[hy + off0 + 5] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[0].v[5]), cvt_f16_f32(xv[0].v[4]), ac[2], as[2])), qs));
+                    y_q_rot[hy + off0 + 6] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[0].v[6]), cvt_f16_f32(xv[0].v[7]), ac[3], as[3])), qs));
+                    y_q_rot[hy + off0 + 7] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[0].v[7]), cvt_f16_f32(xv[0].v[6]), ac[3], as[3])), qs));
 
                 }
 
@@ -263,26 +263,23 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_vec(
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_q_rot + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_q_rot + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     const acc_t qs = cvt_f32_f32(t_s[0]);
-                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[0]), qs));
-                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[1]), qs));
-                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[2]), qs));
-                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[3]), qs));
-                    y_q_rot[hy + off0 + 4] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[4]), qs));
-                    y_q_rot[hy + off0 + 5] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[5]), qs));
-                    y_q_rot[hy + off0 + 6] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[6]), qs));
-                    y_q_rot[hy + off0 + 7] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[7]), qs));
+                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[0]), qs));
+                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[1]), qs));
+                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[2]), qs));
+                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[3]), qs));
+                    y_q_rot[hy + off0 + 4] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[4]), qs));
+                    y_q_rot[hy + off0 + 5] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[5]), qs));
+                    y_q_rot[hy + off0 + 6] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[6]), qs));
+                    y_q_rot[hy + off0 + 7] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[7]), qs));
 
                 }
 
@@ -291,7 +288,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_vec(
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void e5m2_partial_scalar(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global uchar* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -318,7 +315,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_scal
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 48;
     const int tile = (int)(gid - token * 48);
     if (token >= n_tokens) return;
@@ -326,8 +325,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_scal
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 16) {
         // tiles [0, 16), i = tile - 0: 2 vector(s) at unit offsets (0, 1) + 2 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -341,21 +340,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_scal
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     const acc_t qs = cvt_f32_f32(t_s[0]);
-                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + (off1 + 0) * y_q_rot_sd] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[u][1].v[0]), cvt_f16_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e5m2(mul_f32(rnd(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + (off1 + 0) * y_q_rot_sd] = cvt_f32_f8e5m2(mul_f32(rnd(rot_add(cvt_f16_f32(xv[1].v[0]), cvt_f16_f32(xv[0].v[0]), ac[0], as[0])), qs));
 
                 }
 
@@ -371,19 +367,16 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void e5m2_partial_scal
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     const acc_t qs = cvt_f32_f32(t_s[0]);
-                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[u][0].v[0]), qs));
+                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e5m2(mul_f32(cvt_f16_f32(xv[0].v[0]), qs));
 
                 }
 

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "e5m2_partial_vec": (256, (
+    "e5m2_partial_vec": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),
@@ -39,7 +39,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "e5m2_partial_scalar": (256, (
+    "e5m2_partial_scalar": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),

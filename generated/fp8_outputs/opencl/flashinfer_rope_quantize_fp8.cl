@@ -24,7 +24,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 4 threads per token.
 //   flashinfer_rope_quantize_fp8_scalar: any strides. 32 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 10 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -196,7 +197,7 @@ static inline uchar cvt_f32_f8e4m3(float v) {
 }
 
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_quantize_fp8_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void flashinfer_rope_quantize_fp8_vec(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global uchar* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -234,7 +235,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 4;
     const int tile = (int)(gid - token * 4);
     if (token >= n_tokens) return;
@@ -242,8 +245,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 4) {
         // tiles [0, 4), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 8 i, cos/sin columns 0 + 8 i + (0, 1, 2, 3, 4, 5, 6, 7), position stream 0
         const int i = tile - 0;
@@ -264,35 +267,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
             const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_8(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_8(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     const acc_t qs = cvt_f32_f32(t_q_scale[0]);
-                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][1].v[1]), ac[1], as[1])), qs));
-                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][1].v[2]), ac[2], as[2])), qs));
-                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][1].v[3]), ac[3], as[3])), qs));
-                    y_q_rot[hy + off0 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[4]), cvt_bf16_f32(xv[u][1].v[4]), ac[4], as[4])), qs));
-                    y_q_rot[hy + off0 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[5]), cvt_bf16_f32(xv[u][1].v[5]), ac[5], as[5])), qs));
-                    y_q_rot[hy + off0 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[6]), cvt_bf16_f32(xv[u][1].v[6]), ac[6], as[6])), qs));
-                    y_q_rot[hy + off0 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[7]), cvt_bf16_f32(xv[u][1].v[7]), ac[7], as[7])), qs));
-                    y_q_rot[hy + off1 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + off1 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[1]), cvt_bf16_f32(xv[u][0].v[1]), ac[1], as[1])), qs));
-                    y_q_rot[hy + off1 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[2]), cvt_bf16_f32(xv[u][0].v[2]), ac[2], as[2])), qs));
-                    y_q_rot[hy + off1 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[3]), cvt_bf16_f32(xv[u][0].v[3]), ac[3], as[3])), qs));
-                    y_q_rot[hy + off1 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[4]), cvt_bf16_f32(xv[u][0].v[4]), ac[4], as[4])), qs));
-                    y_q_rot[hy + off1 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[5]), cvt_bf16_f32(xv[u][0].v[5]), ac[5], as[5])), qs));
-                    y_q_rot[hy + off1 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[6]), cvt_bf16_f32(xv[u][0].v[6]), ac[6], as[6])), qs));
-                    y_q_rot[hy + off1 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[7]), cvt_bf16_f32(xv[u][0].v[7]), ac[7], as[7])), qs));
+                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[1].v[1]), ac[1], as[1])), qs));
+                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[1].v[2]), ac[2], as[2])), qs));
+                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[1].v[3]), ac[3], as[3])), qs));
+                    y_q_rot[hy + off0 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[4]), cvt_bf16_f32(xv[1].v[4]), ac[4], as[4])), qs));
+                    y_q_rot[hy + off0 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[5]), cvt_bf16_f32(xv[1].v[5]), ac[5], as[5])), qs));
+                    y_q_rot[hy + off0 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[6]), cvt_bf16_f32(xv[1].v[6]), ac[6], as[6])), qs));
+                    y_q_rot[hy + off0 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[7]), cvt_bf16_f32(xv[1].v[7]), ac[7], as[7])), qs));
+                    y_q_rot[hy + off1 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + off1 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[1]), cvt_bf16_f32(xv[0].v[1]), ac[1], as[1])), qs));
+                    y_q_rot[hy + off1 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[2]), cvt_bf16_f32(xv[0].v[2]), ac[2], as[2])), qs));
+                    y_q_rot[hy + off1 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[3]), cvt_bf16_f32(xv[0].v[3]), ac[3], as[3])), qs));
+                    y_q_rot[hy + off1 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[4]), cvt_bf16_f32(xv[0].v[4]), ac[4], as[4])), qs));
+                    y_q_rot[hy + off1 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[5]), cvt_bf16_f32(xv[0].v[5]), ac[5], as[5])), qs));
+                    y_q_rot[hy + off1 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[6]), cvt_bf16_f32(xv[0].v[6]), ac[6], as[6])), qs));
+                    y_q_rot[hy + off1 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[7]), cvt_bf16_f32(xv[0].v[7]), ac[7], as[7])), qs));
 
                 }
 
@@ -303,35 +303,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
             const int hi_h = h_hi < 10 ? h_hi - 8 : 2;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_8(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_8(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    const acc_t qs = cvt_f32_f32(t_k_scale[((hu + u) / 1) * t_k_scale_si]);
-                    y_k_rot[hy + off0 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_k_rot[hy + off0 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][1].v[1]), ac[1], as[1])), qs));
-                    y_k_rot[hy + off0 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][1].v[2]), ac[2], as[2])), qs));
-                    y_k_rot[hy + off0 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][1].v[3]), ac[3], as[3])), qs));
-                    y_k_rot[hy + off0 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[4]), cvt_bf16_f32(xv[u][1].v[4]), ac[4], as[4])), qs));
-                    y_k_rot[hy + off0 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[5]), cvt_bf16_f32(xv[u][1].v[5]), ac[5], as[5])), qs));
-                    y_k_rot[hy + off0 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[6]), cvt_bf16_f32(xv[u][1].v[6]), ac[6], as[6])), qs));
-                    y_k_rot[hy + off0 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[7]), cvt_bf16_f32(xv[u][1].v[7]), ac[7], as[7])), qs));
-                    y_k_rot[hy + off1 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
-                    y_k_rot[hy + off1 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[1]), cvt_bf16_f32(xv[u][0].v[1]), ac[1], as[1])), qs));
-                    y_k_rot[hy + off1 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[2]), cvt_bf16_f32(xv[u][0].v[2]), ac[2], as[2])), qs));
-                    y_k_rot[hy + off1 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[3]), cvt_bf16_f32(xv[u][0].v[3]), ac[3], as[3])), qs));
-                    y_k_rot[hy + off1 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[4]), cvt_bf16_f32(xv[u][0].v[4]), ac[4], as[4])), qs));
-                    y_k_rot[hy + off1 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[5]), cvt_bf16_f32(xv[u][0].v[5]), ac[5], as[5])), qs));
-                    y_k_rot[hy + off1 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[6]), cvt_bf16_f32(xv[u][0].v[6]), ac[6], as[6])), qs));
-                    y_k_rot[hy + off1 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[7]), cvt_bf16_f32(xv[u][0].v[7]), ac[7], as[7])), qs));
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
+                    const acc_t qs = cvt_f32_f32(t_k_scale[(hu / 1) * t_k_scale_si]);
+                    y_k_rot[hy + off0 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_k_rot[hy + off0 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[1].v[1]), ac[1], as[1])), qs));
+                    y_k_rot[hy + off0 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[1].v[2]), ac[2], as[2])), qs));
+                    y_k_rot[hy + off0 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[1].v[3]), ac[3], as[3])), qs));
+                    y_k_rot[hy + off0 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[4]), cvt_bf16_f32(xv[1].v[4]), ac[4], as[4])), qs));
+                    y_k_rot[hy + off0 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[5]), cvt_bf16_f32(xv[1].v[5]), ac[5], as[5])), qs));
+                    y_k_rot[hy + off0 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[6]), cvt_bf16_f32(xv[1].v[6]), ac[6], as[6])), qs));
+                    y_k_rot[hy + off0 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[7]), cvt_bf16_f32(xv[1].v[7]), ac[7], as[7])), qs));
+                    y_k_rot[hy + off1 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0])), qs));
+                    y_k_rot[hy + off1 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[1]), cvt_bf16_f32(xv[0].v[1]), ac[1], as[1])), qs));
+                    y_k_rot[hy + off1 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[2]), cvt_bf16_f32(xv[0].v[2]), ac[2], as[2])), qs));
+                    y_k_rot[hy + off1 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[3]), cvt_bf16_f32(xv[0].v[3]), ac[3], as[3])), qs));
+                    y_k_rot[hy + off1 + 4] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[4]), cvt_bf16_f32(xv[0].v[4]), ac[4], as[4])), qs));
+                    y_k_rot[hy + off1 + 5] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[5]), cvt_bf16_f32(xv[0].v[5]), ac[5], as[5])), qs));
+                    y_k_rot[hy + off1 + 6] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[6]), cvt_bf16_f32(xv[0].v[6]), ac[6], as[6])), qs));
+                    y_k_rot[hy + off1 + 7] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[7]), cvt_bf16_f32(xv[0].v[7]), ac[7], as[7])), qs));
 
                 }
 
@@ -340,7 +337,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_quantize_fp8_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void flashinfer_rope_quantize_fp8_scalar(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global uchar* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -382,7 +379,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 32;
     const int tile = (int)(gid - token * 32);
     if (token >= n_tokens) return;
@@ -390,8 +389,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -405,21 +404,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
             const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     const acc_t qs = cvt_f32_f32(t_q_scale[0]);
-                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + (off1 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + (off1 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0])), qs));
 
                 }
 
@@ -430,21 +426,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_rope_q
             const int hi_h = h_hi < 10 ? h_hi - 8 : 2;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
-                    const acc_t qs = cvt_f32_f32(t_k_scale[((hu + u) / 1) * t_k_scale_si]);
-                    y_k_rot[hy + (off0 + 0) * y_k_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_k_rot[hy + (off1 + 0) * y_k_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
+                    const acc_t qs = cvt_f32_f32(t_k_scale[(hu / 1) * t_k_scale_si]);
+                    y_k_rot[hy + (off0 + 0) * y_k_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_k_rot[hy + (off1 + 0) * y_k_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0])), qs));
 
                 }
 

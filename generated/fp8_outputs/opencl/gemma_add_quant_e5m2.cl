@@ -10,15 +10,16 @@
 // Inputs: x: f16[T, 512], residual: f16[T, 512], weight: f16[512], qs: f32[1] (contiguous).
 // Outputs: y: f8e5m2 and h: f16, the shape of x; y may be x's memory (same dtype) and h residual's (in place).
 // Stage one (mean square, reciprocal root, normalize) in float, not rounded; the scale multiply
-// in float, rounded once to f8e5m2. One block per row (512 elements), the sum of
-// squares reduced over the block in float.
+// in float, rounded once to f8e5m2. A row (512 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
-//   gemma_add_quant_e5m2_vec: 8-element vectors, block (32, 1, 1). Requires x, residual, y and h addresses
+//   gemma_add_quant_e5m2_vec: 8-element vectors, block (128, 1, 1). Requires x, residual, y and h addresses
 //       aligned to 8 elements and row strides multiples of 8.
 //   gemma_add_quant_e5m2_scalar: block (128, 1, 1).
-// Rows are [512] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (min(n_rows, 2^31 - 1), 1, 1).
+// Rows are [512] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 // OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
 // element offset P_off.
 
@@ -157,7 +158,7 @@ static inline y_t finish(stash_t s, stash_t inv_rms, long n, const __global scal
 }
 
 
-__kernel __attribute__((reqd_work_group_size(32, 1, 1))) void gemma_add_quant_e5m2_vec(
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void gemma_add_quant_e5m2_vec(
     __global const ushort* t_x_base, long t_x_off,
     __global const ushort* t_residual_base, long t_residual_off,
     __global const ushort* t_weight_base, long t_weight_off,
@@ -178,11 +179,19 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void gemma_add_quant_e5
     __global const float* t_qs = t_qs_base + t_qs_off;
 
     const int V = 8;             // elements per vector
-    const int BLOCK = 32;
+    const int BLOCK = 128;
+    const int LANES = 128;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 64;           // vectors per row
-    __local stash_t partial[32];
+    __local stash_t partial[128];
     const float qs = t_qs[0];   // fp8 y: the quant scale
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         __global const x_t* rr = t_residual + row * r_row_stride;
@@ -191,8 +200,8 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void gemma_add_quant_e5
         stash_t sv[2][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 2; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 const vec_x_t_8 rv = load_x_t_8(rr + (long)vi * V);
                 const vec_x_t_8 xv = load_x_t_8(xr + (long)vi * V);
 #pragma unroll
@@ -207,8 +216,8 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void gemma_add_quant_e5
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
         for (int it = 0; it < 2; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_8 yv;
                 vec_x_t_8 hv;
     #pragma unroll
@@ -246,10 +255,18 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void gemma_add_quant_e
 
     const int V = 1;             // elements per vector
     const int BLOCK = 128;
+    const int LANES = 128;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 512;           // vectors per row
     __local stash_t partial[128];
     const float qs = t_qs[0];   // fp8 y: the quant scale
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         __global const x_t* rr = t_residual + row * r_row_stride;
@@ -258,8 +275,8 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void gemma_add_quant_e
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 const vec_x_t_1 rv = load_x_t_1(rr + (long)vi * V);
                 const vec_x_t_1 xv = load_x_t_1(xr + (long)vi * V);
 #pragma unroll
@@ -274,8 +291,8 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void gemma_add_quant_e
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_1 yv;
                 vec_x_t_1 hv;
     #pragma unroll

@@ -24,7 +24,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 1 threads per token.
 //   qk_norm_rope_fp8_scalar: any strides. 1 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 4 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -235,7 +236,7 @@ static inline storage_t norm_q_rot(storage_t x, float inv_rms, float w) {
 }
 
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void qk_norm_rope_fp8_vec(
     __global const float* x_q_rot_base, long x_q_rot_off,
     __global uchar* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -263,15 +264,17 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid;   // whole heads: one thread runs every tile of its token (gpu/_head_norm.inc.j2)
     if (token >= n_tokens) return;
     const long b = 0;   // packed tokens: one batch row
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // real heads [h_lo, h_hi) / 1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_lo = (int)(((long)group * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_hi = (int)(((long)(group + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
     {   // q -> q_rot: head units [0, 4)
         const int lo_h = h_lo > 0 ? h_lo - 0 : 0;
         const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
@@ -292,33 +295,31 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 2]), &ac[2], &as[2]);
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 3]), &ac[3], &as[3]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                vec_storage_t_4 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_4(x_q_rot + hx + off1);
+                vec_storage_t_4 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_4(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_4(x_q_rot + hx + off1);
                     {
-                        const long we = (long)((hu + u) % 1) * UNIT;
+                        const long we = (long)(hu % 1) * UNIT;
 #pragma unroll
                         for (int l = 0; l < 4; ++l) {
-                            xv[u][0].v[l] = norm_q_rot(xv[u][0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
-                            xv[u][1].v[l] = norm_q_rot(xv[u][1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
+                            xv[0].v[l] = norm_q_rot(xv[0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
+                            xv[1].v[l] = norm_q_rot(xv[1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    const acc_t qs = cvt_f32_f32(t_s[((hu + u) / 1) * t_s_si]);
-                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[u][0].v[1]), cvt_f32_f32(xv[u][1].v[1]), ac[1], as[1])), qs));
-                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[u][0].v[2]), cvt_f32_f32(xv[u][1].v[2]), ac[2], as[2])), qs));
-                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[u][0].v[3]), cvt_f32_f32(xv[u][1].v[3]), ac[3], as[3])), qs));
-                    y_q_rot[hy + off1 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + off1 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[u][1].v[1]), cvt_f32_f32(xv[u][0].v[1]), ac[1], as[1])), qs));
-                    y_q_rot[hy + off1 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[u][1].v[2]), cvt_f32_f32(xv[u][0].v[2]), ac[2], as[2])), qs));
-                    y_q_rot[hy + off1 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[u][1].v[3]), cvt_f32_f32(xv[u][0].v[3]), ac[3], as[3])), qs));
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
+                    const acc_t qs = cvt_f32_f32(t_s[(hu / 1) * t_s_si]);
+                    y_q_rot[hy + off0 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + off0 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[0].v[1]), cvt_f32_f32(xv[1].v[1]), ac[1], as[1])), qs));
+                    y_q_rot[hy + off0 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[0].v[2]), cvt_f32_f32(xv[1].v[2]), ac[2], as[2])), qs));
+                    y_q_rot[hy + off0 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[0].v[3]), cvt_f32_f32(xv[1].v[3]), ac[3], as[3])), qs));
+                    y_q_rot[hy + off1 + 0] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + off1 + 1] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[1].v[1]), cvt_f32_f32(xv[0].v[1]), ac[1], as[1])), qs));
+                    y_q_rot[hy + off1 + 2] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[1].v[2]), cvt_f32_f32(xv[0].v[2]), ac[2], as[2])), qs));
+                    y_q_rot[hy + off1 + 3] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[1].v[3]), cvt_f32_f32(xv[0].v[3]), ac[3], as[3])), qs));
 
                 }
 
@@ -330,7 +331,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
 
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void qk_norm_rope_fp8_scalar(
     __global const float* x_q_rot_base, long x_q_rot_off,
     __global uchar* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -360,15 +361,17 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid;   // whole heads: one thread runs every tile of its token (gpu/_head_norm.inc.j2)
     if (token >= n_tokens) return;
     const long b = 0;   // packed tokens: one batch row
     const long s = token;
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // real heads [h_lo, h_hi) / 1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_lo = (int)(((long)group * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_hi = (int)(((long)(group + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
     {   // q -> q_rot: head units [0, 4)
         const int lo_h = h_lo > 0 ? h_lo - 0 : 0;
         const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
@@ -386,27 +389,25 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qk_norm_rope_fp8_
                 acc_t ac[1], as[1];   // cos, sin per slot: computed once, used for every head
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 0]), &ac[0], &as[0]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                     {
-                        const long we = (long)((hu + u) % 1) * UNIT;
+                        const long we = (long)(hu % 1) * UNIT;
 #pragma unroll
                         for (int l = 0; l < 1; ++l) {
-                            xv[u][0].v[l] = norm_q_rot(xv[u][0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
-                            xv[u][1].v[l] = norm_q_rot(xv[u][1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
+                            xv[0].v[l] = norm_q_rot(xv[0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
+                            xv[1].v[l] = norm_q_rot(xv[1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
-                    const acc_t qs = cvt_f32_f32(t_s[((hu + u) / 1) * t_s_si]);
-                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0])), qs));
-                    y_q_rot[hy + (off1 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0])), qs));
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
+                    const acc_t qs = cvt_f32_f32(t_s[(hu / 1) * t_s_si]);
+                    y_q_rot[hy + (off0 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0])), qs));
+                    y_q_rot[hy + (off1 + 0) * y_q_rot_sd] = cvt_f32_f8e4m3(mul_f32(rnd(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0])), qs));
 
                 }
 

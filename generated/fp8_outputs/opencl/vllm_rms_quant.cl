@@ -9,15 +9,16 @@
 // Inputs: x: bf16[T, 256], weight: bf16[256], qscale: f32[1] (contiguous).
 // Output: y: f8e4m3, the shape of x.
 // Stage one (mean square, reciprocal root, normalize) in float, rounded to bf16; the scale
-// multiply in float, stored as f8e4m3. One block per row (256 elements), the sum of
-// squares reduced over the block in float.
+// multiply in float, stored as f8e4m3. A row (256 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
-//   vllm_rms_quant_vec: 8-element vectors, block (32, 1, 1). Requires x and y addresses
+//   vllm_rms_quant_vec: 8-element vectors, block (128, 1, 1). Requires x and y addresses
 //       aligned to 8 elements and row strides multiples of 8.
 //   vllm_rms_quant_scalar: block (64, 1, 1).
-// Rows are [256] contiguous elements, row r at x + r * x_row_stride; grid (min(n_rows, 2^31 - 1), 1, 1).
+// Rows are [256] contiguous elements, row r at x + r * x_row_stride; grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 // OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
 // element offset P_off.
 
@@ -149,7 +150,7 @@ static inline y_t finish(x_t xv, stash_t inv_rms, long n, const __global scale_t
 }
 
 
-__kernel __attribute__((reqd_work_group_size(32, 1, 1))) void vllm_rms_quant_vec(
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void vllm_rms_quant_vec(
     __global const ushort* t_x_base, long t_x_off,
     __global const ushort* t_weight_base, long t_weight_off,
     __global uchar* t_y_base, long t_y_off,
@@ -164,19 +165,27 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void vllm_rms_quant_vec
     __global const float* t_qscale = t_qscale_base + t_qscale_off;
 
     const int V = 8;             // elements per vector
-    const int BLOCK = 32;
+    const int BLOCK = 128;
+    const int LANES = 128;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 32;           // vectors per row
-    __local stash_t partial[32];
+    __local stash_t partial[128];
     const float qs = t_qscale[0];   // fp8 y: the quant scale
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         vec_x_t_8 xv[1];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load_x_t_8(xr + (long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -190,8 +199,8 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void vllm_rms_quant_vec
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_8 yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long)vi * V + l, t_weight, qs);
@@ -217,18 +226,26 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void vllm_rms_quant_sca
 
     const int V = 1;             // elements per vector
     const int BLOCK = 64;
+    const int LANES = 64;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 256;           // vectors per row
     __local stash_t partial[64];
     const float qs = t_qscale[0];   // fp8 y: the quant scale
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         vec_x_t_1 xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load_x_t_1(xr + (long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -242,8 +259,8 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void vllm_rms_quant_sca
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_1 yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long)vi * V + l, t_weight, qs);

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "vllm_rms_quant_vec": (32, (
+    "vllm_rms_quant_vec": (128, (
         ("t_x", "pointer"),
         ("t_weight", "pointer"),
         ("t_y", "pointer"),

@@ -18,7 +18,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 8 threads per token.
 //   ggml_backward_scalar: any strides. 32 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 8 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -206,7 +207,7 @@ static inline void ggml_cos_sin(float theta, int col, float ff, acc_t* c, acc_t*
     *s = angle_in(mul_f32(sv, MSCALE));
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void ggml_backward_vec(
     __global const float* x_dx_base, long x_dx_off,
     __global float* y_dx_base, long y_dx_off,
     long x_dx_sb,
@@ -228,7 +229,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_vec
     __global const int* t_pos = t_pos_base + t_pos_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 8;
     const int tile = (int)(gid - token * 8);
     if (token >= n_tokens) return;
@@ -236,8 +239,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_vec
     const long s = token;
     const long pos0 = (long)t_pos[b * t_pos_sb + s * t_pos_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 8) {
         // tiles [0, 8), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3), position stream 0
         const int i = tile - 0;
@@ -259,27 +262,24 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_vec
             const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
             const long xb = b * x_dx_sb + s * x_dx_ss;
             const long yb = b * y_dx_sb + s * y_dx_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_4 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_dx_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_dx + hx + off0);
-                    xv[u][1] = load_storage_t_4(x_dx + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_4 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_dx_sh, 1);
+                    xv[0] = load_storage_t_4(x_dx + hx + off0);
+                    xv[1] = load_storage_t_4(x_dx + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_dx_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_dx_sh, 1);
                     vec_storage_t_4 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[1]), cvt_f32_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[2]), cvt_f32_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[3]), cvt_f32_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][1].v[1]), cvt_f32_f32(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][1].v[2]), cvt_f32_f32(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][1].v[3]), cvt_f32_f32(xv[u][0].v[3]), ac[3], as[3]));
+                    yv[0].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[1]), cvt_f32_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[2]), cvt_f32_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[3]), cvt_f32_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[1].v[1]), cvt_f32_f32(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[1].v[2]), cvt_f32_f32(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[1].v[3]), cvt_f32_f32(xv[0].v[3]), ac[3], as[3]));
                     store_storage_t_4(y_dx + hy + off0, yv[0]);
                     store_storage_t_4(y_dx + hy + off1, yv[1]);
                 }
@@ -289,7 +289,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_vec
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void ggml_backward_scalar(
     __global const float* x_dx_base, long x_dx_off,
     __global float* y_dx_base, long y_dx_off,
     long x_dx_sb,
@@ -313,7 +313,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_sca
     __global const int* t_pos = t_pos_base + t_pos_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 32;
     const int tile = (int)(gid - token * 32);
     if (token >= n_tokens) return;
@@ -321,8 +323,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_sca
     const long s = token;
     const long pos0 = (long)t_pos[b * t_pos_sb + s * t_pos_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -338,21 +340,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_backward_sca
             const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
             const long xb = b * x_dx_sb + s * x_dx_ss;
             const long yb = b * y_dx_sb + s * y_dx_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_dx_sh, x_dx_sd);
-                    xv[u][0] = load_storage_t_1(x_dx + hx + off0 * x_dx_sd);
-                    xv[u][1] = load_storage_t_1(x_dx + hx + off1 * x_dx_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_dx_sh, x_dx_sd);
+                    xv[0] = load_storage_t_1(x_dx + hx + off0 * x_dx_sd);
+                    xv[1] = load_storage_t_1(x_dx + hx + off1 * x_dx_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_dx_sh, y_dx_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_dx_sh, y_dx_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_dx + hy + off0 * y_dx_sd, yv[0]);
                     store_storage_t_1(y_dx + hy + off1 * y_dx_sd, yv[1]);
                 }

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "ggml_backward_vec": (256, (
+    "ggml_backward_vec": (64, (
         ("x_dx", "pointer"),
         ("y_dx", "pointer"),
         ("x_dx_sb", "int64"),
@@ -37,7 +37,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "ggml_backward_scalar": (256, (
+    "ggml_backward_scalar": (64, (
         ("x_dx", "pointer"),
         ("y_dx", "pointer"),
         ("x_dx_sb", "int64"),

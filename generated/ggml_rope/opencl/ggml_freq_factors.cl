@@ -19,7 +19,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 4 threads per token.
 //   ggml_freq_factors_scalar: any strides. 32 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 4 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -138,7 +139,7 @@ static inline void ggml_cos_sin(float theta, int col, float ff, acc_t* c, acc_t*
     *s = angle_in(mul_f32(sv, MSCALE));
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void ggml_freq_factors_vec(
     __global const ushort* x_y_base, long x_y_off,
     __global ushort* y_y_base, long y_y_off,
     long x_y_sb,
@@ -163,7 +164,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
     __global const float* t_ff = t_ff_base + t_ff_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 4;
     const int tile = (int)(gid - token * 4);
     if (token >= n_tokens) return;
@@ -171,8 +174,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
     const long s = token;
     const long pos0 = (long)t_pos[b * t_pos_sb + s * t_pos_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 4) {
         // tiles [0, 4), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 8 i, cos/sin columns 0 + 8 i + (0, 1, 2, 3, 4, 5, 6, 7), position stream 0
         const int i = tile - 0;
@@ -202,35 +205,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_y_sb + s * x_y_ss;
             const long yb = b * y_y_sb + s * y_y_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_y_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_y + hx + off0);
-                    xv[u][1] = load_storage_t_8(x_y + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_y_sh, 1);
+                    xv[0] = load_storage_t_8(x_y + hx + off0);
+                    xv[1] = load_storage_t_8(x_y + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_y_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_y_sh, 1);
                     vec_storage_t_8 yv[2];
-                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[1]), cvt_f16_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[2]), cvt_f16_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[3]), cvt_f16_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[4]), cvt_f16_f32(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[5]), cvt_f16_f32(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[6]), cvt_f16_f32(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[7]), cvt_f16_f32(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[0]), cvt_f16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[1]), cvt_f16_f32(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[2]), cvt_f16_f32(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[3]), cvt_f16_f32(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[4]), cvt_f16_f32(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[5]), cvt_f16_f32(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[6]), cvt_f16_f32(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[7]), cvt_f16_f32(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[1]), cvt_f16_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[2]), cvt_f16_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[3]), cvt_f16_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[4]), cvt_f16_f32(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[5]), cvt_f16_f32(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[6]), cvt_f16_f32(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[7]), cvt_f16_f32(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[0]), cvt_f16_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[1]), cvt_f16_f32(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[2]), cvt_f16_f32(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[3]), cvt_f16_f32(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[4]), cvt_f16_f32(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[5]), cvt_f16_f32(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[6]), cvt_f16_f32(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[7]), cvt_f16_f32(xv[0].v[7]), ac[7], as[7]));
                     store_storage_t_8(y_y + hy + off0, yv[0]);
                     store_storage_t_8(y_y + hy + off1, yv[1]);
                 }
@@ -240,7 +240,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void ggml_freq_factors_scalar(
     __global const ushort* x_y_base, long x_y_off,
     __global ushort* y_y_base, long y_y_off,
     long x_y_sb,
@@ -267,7 +267,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
     __global const float* t_ff = t_ff_base + t_ff_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 32;
     const int tile = (int)(gid - token * 32);
     if (token >= n_tokens) return;
@@ -275,8 +277,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
     const long s = token;
     const long pos0 = (long)t_pos[b * t_pos_sb + s * t_pos_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 32) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -292,21 +294,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ggml_freq_factors
             const int hi_h = h_hi < 4 ? h_hi - 0 : 4;
             const long xb = b * x_y_sb + s * x_y_ss;
             const long yb = b * y_y_sb + s * y_y_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_y_sh, x_y_sd);
-                    xv[u][0] = load_storage_t_1(x_y + hx + off0 * x_y_sd);
-                    xv[u][1] = load_storage_t_1(x_y + hx + off1 * x_y_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_y_sh, x_y_sd);
+                    xv[0] = load_storage_t_1(x_y + hx + off0 * x_y_sd);
+                    xv[1] = load_storage_t_1(x_y + hx + off1 * x_y_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_y_sh, y_y_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_y_sh, y_y_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[u][0].v[0]), cvt_f16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[u][1].v[0]), cvt_f16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_f16(rot_sub(cvt_f16_f32(xv[0].v[0]), cvt_f16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f16(rot_add(cvt_f16_f32(xv[1].v[0]), cvt_f16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_y + hy + off0 * y_y_sd, yv[0]);
                     store_storage_t_1(y_y + hy + off1 * y_y_sd, yv[1]);
                 }

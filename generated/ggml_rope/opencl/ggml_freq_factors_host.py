@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "ggml_freq_factors_vec": (256, (
+    "ggml_freq_factors_vec": (64, (
         ("x_y", "pointer"),
         ("y_y", "pointer"),
         ("x_y_sb", "int64"),
@@ -39,7 +39,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "ggml_freq_factors_scalar": (256, (
+    "ggml_freq_factors_scalar": (64, (
         ("x_y", "pointer"),
         ("y_y", "pointer"),
         ("x_y_sb", "int64"),

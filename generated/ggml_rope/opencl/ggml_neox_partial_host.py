@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "ggml_neox_partial_vec": (256, (
+    "ggml_neox_partial_vec": (64, (
         ("x_y", "pointer"),
         ("y_y", "pointer"),
         ("x_y_sb", "int64"),
@@ -37,7 +37,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "ggml_neox_partial_scalar": (256, (
+    "ggml_neox_partial_scalar": (64, (
         ("x_y", "pointer"),
         ("y_y", "pointer"),
         ("x_y_sb", "int64"),

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "gptj_cache_vec": (256, (
+    "gptj_cache_vec": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),
@@ -44,7 +44,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "gptj_cache_scalar": (256, (
+    "gptj_cache_scalar": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),

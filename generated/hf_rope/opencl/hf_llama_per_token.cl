@@ -20,7 +20,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 16 threads per token.
 //   hf_llama_per_token_scalar: any strides. 64 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 40 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -121,7 +122,7 @@ static inline acc_t mul(acc_t a, acc_t b) { return rnd(mul_f32(a, b)); }
 static inline acc_t rot_sub(acc_t x, acc_t xp, acc_t c, acc_t s) { return sub_f32(mul(x, c), mul(xp, s)); }
 static inline acc_t rot_add(acc_t x, acc_t xp, acc_t c, acc_t s) { return add_f32(mul(x, c), mul(xp, s)); }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_token_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void hf_llama_per_token_vec(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -159,7 +160,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
     __global const float* t_sin = t_sin_base + t_sin_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 16;
     const int tile = (int)(gid - token * 16);
     if (token >= n_tokens) return;
@@ -169,8 +172,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
     const long crow0 = b * t_cos_sb + s * t_cos_ss;
     const long srow0 = b * t_sin_sb + s * t_sin_ss;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 16) {
         // tiles [0, 16), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 4 i, cos/sin columns 0 + 4 i + (0, 1, 2, 3, 64, 65, 66, 67), position stream 0
         const int i = tile - 0;
@@ -199,27 +202,24 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_4 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_4(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_4 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_4(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_4(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_4 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[4], as[4]));
-                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[1]), cvt_bf16_f32(xv[u][0].v[1]), ac[5], as[5]));
-                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[2]), cvt_bf16_f32(xv[u][0].v[2]), ac[6], as[6]));
-                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[3]), cvt_bf16_f32(xv[u][0].v[3]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[4], as[4]));
+                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[1]), cvt_bf16_f32(xv[0].v[1]), ac[5], as[5]));
+                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[2]), cvt_bf16_f32(xv[0].v[2]), ac[6], as[6]));
+                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[3]), cvt_bf16_f32(xv[0].v[3]), ac[7], as[7]));
                     store_storage_t_4(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_4(y_q_rot + hy + off1, yv[1]);
                 }
@@ -231,27 +231,24 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_4 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_4(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_4 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_4(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_4(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_4 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[4], as[4]));
-                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[1]), cvt_bf16_f32(xv[u][0].v[1]), ac[5], as[5]));
-                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[2]), cvt_bf16_f32(xv[u][0].v[2]), ac[6], as[6]));
-                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[3]), cvt_bf16_f32(xv[u][0].v[3]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[4], as[4]));
+                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[1]), cvt_bf16_f32(xv[0].v[1]), ac[5], as[5]));
+                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[2]), cvt_bf16_f32(xv[0].v[2]), ac[6], as[6]));
+                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[3]), cvt_bf16_f32(xv[0].v[3]), ac[7], as[7]));
                     store_storage_t_4(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_4(y_k_rot + hy + off1, yv[1]);
                 }
@@ -261,7 +258,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_token_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void hf_llama_per_token_scalar(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -303,7 +300,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
     __global const float* t_sin = t_sin_base + t_sin_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -313,8 +312,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
     const long crow0 = b * t_cos_sb + s * t_cos_ss;
     const long srow0 = b * t_sin_sb + s * t_sin_ss;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 64) {
         // tiles [0, 64), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 1 i, cos/sin columns 0 + 1 i + (0, 64), position stream 0
         const int i = tile - 0;
@@ -331,21 +330,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[1], as[1]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[1], as[1]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -357,21 +353,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void hf_llama_per_toke
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[1], as[1]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[1], as[1]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "hf_llama_per_token_vec": (256, (
+    "hf_llama_per_token_vec": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),
@@ -50,7 +50,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "hf_llama_per_token_scalar": (256, (
+    "hf_llama_per_token_scalar": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),

@@ -209,7 +209,7 @@ static inline void rg_stream_fence(void) {}
 #define RG_N 60            /* elements per normalized row */
 #define RG_LANES 16           /* partial sums per accumulator (one vector of the stash type) */
 #define RG_SUMS (4 * RG_LANES)      /* four independent accumulators of RG_LANES lanes each */
-#define RG_BLOCK 1024         /* elements summed per block before the block joins the row total */
+#define RG_BLOCK 64         /* elements summed per block before the block joins the row total */
 #define RG_CHUNK 1092          /* rows per scheduling chunk */
 #define RG_PIECE 1024       /* output elements per streamed piece */
 
@@ -249,8 +249,13 @@ static inline rg_stash rg_sum_squares(const float *x)
         const rg_stash v = rg_load_f32_f32(x[i]);
         total[i % RG_SUMS] += v * v;
     }
-    for (int w = RG_SUMS / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) total[l] += total[l + w];
+    /* the tree, one level per loop of a constant width, so that each level is a few vector additions */
+    for (int l = 0; l < 32; ++l) total[l] += total[l + 32];
+    for (int l = 0; l < 16; ++l) total[l] += total[l + 16];
+    for (int l = 0; l < 8; ++l) total[l] += total[l + 8];
+    for (int l = 0; l < 4; ++l) total[l] += total[l + 4];
+    for (int l = 0; l < 2; ++l) total[l] += total[l + 2];
+    for (int l = 0; l < 1; ++l) total[l] += total[l + 1];
     return total[0];
 }
 

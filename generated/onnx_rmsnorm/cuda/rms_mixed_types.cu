@@ -9,15 +9,16 @@
 // Inputs: x: f16[T, 64], scale: f32[64] (contiguous).
 // Output: y: f32, the shape of x.
 // Stage one (mean square, reciprocal root, normalize) in float, rounded to f16; the scale
-// multiply in float, stored as f32. One block per row (64 elements), the sum of
-// squares reduced over the block in float.
+// multiply in float, stored as f32. A row (64 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
-//   rms_mixed_types_vec: 4-element vectors, block (32, 1, 1). Requires x and y addresses
+//   rms_mixed_types_vec: 4-element vectors, block (128, 1, 1). Requires x and y addresses
 //       aligned to 4 elements and row strides multiples of 4.
-//   rms_mixed_types_scalar: block (32, 1, 1).
-// Rows are [64] contiguous elements, row r at x + r * x_row_stride; grid (min(n_rows, 2^31 - 1), 1, 1).
+//   rms_mixed_types_scalar: block (128, 1, 1).
+// Rows are [64] contiguous elements, row r at x + r * x_row_stride; grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -30,14 +31,63 @@ struct alignas(sizeof(T) * N) Vec {
     T v[N];
 };
 
+// The bits of a vector of B bytes: 32-bit words, or one narrower word.
+template <int B> struct alignas(B) Bits { unsigned int w[B / 4]; };
+template <> struct alignas(2) Bits<2> { unsigned short w[1]; };
+template <> struct alignas(1) Bits<1> { unsigned char w[1]; };
+
+template <typename T, int N>
+union VecBits {
+    Vec<T, N> vec;
+    Bits<sizeof(T) * N> bits;
+};
+
+// One global access of a vector's bits. NVVM splits the copy of an aggregate (a Vec, even a uint4
+// assembled from 16-bit lanes) into 32-bit or narrower accesses, so 16 and 8 bytes are spelled in PTX:
+// ld/st.global.v4.b32 (128 bits) and .v2.b32 (64 bits), what lower/gpu/launch.py plans and
+// tests/test_cuda_ptx.py finds in the compiled code. Volatile: they stay in program order, so a
+// thread's loads of a head precede its stores (in place) exactly as written.
+template <int B>
+__device__ __forceinline__ Bits<B> load_bits(const void* p) { return *reinterpret_cast<const Bits<B>*>(p); }
+template <int B>
+__device__ __forceinline__ void store_bits(void* p, const Bits<B>& b) { *reinterpret_cast<Bits<B>*>(p) = b; }
+#ifdef __CUDA_ARCH__
+template <>
+__device__ __forceinline__ Bits<16> load_bits<16>(const void* p) {
+    Bits<16> b;
+    asm volatile("ld.global.v4.b32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ Bits<8> load_bits<8>(const void* p) {
+    Bits<8> b;
+    asm volatile("ld.global.v2.b32 { %0, %1 }, [%2];" : "=r"(b.w[0]), "=r"(b.w[1]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ void store_bits<16>(void* p, const Bits<16>& b) {
+    asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]), "r"(b.w[3]) : "memory");
+}
+template <>
+__device__ __forceinline__ void store_bits<8>(void* p, const Bits<8>& b) {
+    asm volatile("st.global.v2.b32 [%0], { %1, %2 };" :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]) : "memory");
+}
+#endif
+
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load(const T* p) {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
+    VecBits<T, N> u;
+    u.bits = load_bits<sizeof(T) * N>(p);
+    return u.vec;
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
+    VecBits<T, N> u;
+    u.vec = v;
+    store_bits<sizeof(T) * N>(p, u.bits);
 }
 
 // Conversions, each rounding once to nearest even (cvt<To>(from)).
@@ -73,19 +123,27 @@ __device__ __forceinline__ long long scale_index(long long n) {
     return n;
 }
 
-// Sum over the block: every thread receives the total.
-template <int BLOCK>
+// Sum over the LANES threads of a row: every one of them receives the total. A row within a warp
+// (LANES <= 32, aligned segments of it) sums by shuffles alone; a row of the whole block through
+// one partial sum per warp.
+template <int BLOCK, int LANES>
 __device__ __forceinline__ stash_t block_sum(stash_t v, stash_t* partial) {
+    if constexpr (LANES <= 32) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane < BLOCK / 32 ? partial[lane] : (stash_t)0;
+        for (int o = LANES / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    } else {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();   // partial[] is reused by the next row
-    return v;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane == 0) partial[warp] = v;
+        __syncthreads();
+        v = lane < BLOCK / 32 ? partial[lane] : (stash_t)0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        __syncthreads();   // partial[] is reused by the next row
+        return v;
+    }
 }
 
 // The normalized, scaled value of element n of a row.
@@ -96,7 +154,7 @@ __device__ __forceinline__ y_t finish(x_t xv, stash_t inv_rms, long long n, cons
 
 }  // namespace ropegen_rms_mixed_types
 
-extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_vec(
+extern "C" __global__ void __launch_bounds__(128) rms_mixed_types_vec(
     const __half* t_x,
     const float* t_scale,
     float* t_y,
@@ -106,18 +164,27 @@ extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_vec(
 {
     using namespace ropegen_rms_mixed_types;
     constexpr int V = 4;             // elements per vector
-    constexpr int BLOCK = 32;
+    constexpr int BLOCK = 128;
+    constexpr int LANES = 16;            // threads of a row
+    constexpr int ROWS = 8;             // rows of a block
     constexpr int NV = 16;           // vectors per row
-    __shared__ stash_t partial[1];
-    for (long long row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    __shared__ stash_t partial[4];
+    const bool scale_whole = (unsigned long long)t_scale % (V * sizeof(scale_t)) == 0;   // scale vectors aligned
+    const int lane = (int)threadIdx.x % LANES;
+    const int seg = (int)threadIdx.x / LANES;
+    for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
+        const long long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         Vec<x_t, 4> xv[1];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load<x_t, 4>(xr + (long long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -126,16 +193,19 @@ extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_vec(
                 }
             }
         }
-        const stash_t total = block_sum<BLOCK>(sq, partial);
+        const stash_t total = block_sum<BLOCK, LANES>(sq, partial);
         const stash_t mean_square = __fdiv_rn(total, (stash_t)N);
         const stash_t inv_rms = __fdiv_rn((stash_t)1, __fsqrt_rn(__fadd_rn(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
+                Vec<scale_t, 4> wv;
+                if (scale_whole) wv = load<scale_t, 4>(t_scale + (long long)vi * V);
+                else for (int l = 0; l < V; ++l) wv.v[l] = t_scale[(long long)vi * V + l];
                 Vec<y_t, 4> yv;
 #pragma unroll
-                for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long long)vi * V + l, t_scale);
+                for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, l, wv.v);
                 store<y_t, 4>(yr + (long long)vi * V, yv);
             }
         }
@@ -143,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_vec(
 }
 
 
-extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_scalar(
+extern "C" __global__ void __launch_bounds__(128) rms_mixed_types_scalar(
     const __half* t_x,
     const float* t_scale,
     float* t_y,
@@ -153,18 +223,26 @@ extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_scalar(
 {
     using namespace ropegen_rms_mixed_types;
     constexpr int V = 1;             // elements per vector
-    constexpr int BLOCK = 32;
+    constexpr int BLOCK = 128;
+    constexpr int LANES = 32;            // threads of a row
+    constexpr int ROWS = 4;             // rows of a block
     constexpr int NV = 64;           // vectors per row
-    __shared__ stash_t partial[1];
-    for (long long row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    __shared__ stash_t partial[4];
+    const int lane = (int)threadIdx.x % LANES;
+    const int seg = (int)threadIdx.x / LANES;
+    for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
+        const long long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         Vec<x_t, 1> xv[2];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 2; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load<x_t, 1>(xr + (long long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -173,13 +251,13 @@ extern "C" __global__ void __launch_bounds__(32) rms_mixed_types_scalar(
                 }
             }
         }
-        const stash_t total = block_sum<BLOCK>(sq, partial);
+        const stash_t total = block_sum<BLOCK, LANES>(sq, partial);
         const stash_t mean_square = __fdiv_rn(total, (stash_t)N);
         const stash_t inv_rms = __fdiv_rn((stash_t)1, __fsqrt_rn(__fadd_rn(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
         for (int it = 0; it < 2; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 Vec<y_t, 1> yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long long)vi * V + l, t_scale);

@@ -9,15 +9,16 @@
 // Inputs: x: f32[2, 3, 4, 5], scale: f32[3, 4, 5] (contiguous).
 // Output: y: f32, the shape of x.
 // Stage one (mean square, reciprocal root, normalize) in float, rounded to f32; the scale
-// multiply in float, stored as f32. One block per row (60 elements), the sum of
-// squares reduced over the block in float.
+// multiply in float, stored as f32. A row (60 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
-//   rms_axis1_vec: 4-element vectors, block (32, 1, 1). Requires x and y addresses
+//   rms_axis1_vec: 4-element vectors, block (128, 1, 1). Requires x and y addresses
 //       aligned to 4 elements and row strides multiples of 4.
-//   rms_axis1_scalar: block (32, 1, 1).
-// Rows are [60] contiguous elements, row r at x + r * x_row_stride; grid (min(n_rows, 2^31 - 1), 1, 1).
+//   rms_axis1_scalar: block (128, 1, 1).
+// Rows are [60] contiguous elements, row r at x + r * x_row_stride; grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 // OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
 // element offset P_off.
 
@@ -125,7 +126,7 @@ static inline y_t finish(x_t xv, stash_t inv_rms, long n, const __global scale_t
 }
 
 
-__kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_vec(
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void rms_axis1_vec(
     __global const float* t_x_base, long t_x_off,
     __global const float* t_scale_base, long t_scale_off,
     __global float* t_y_base, long t_y_off,
@@ -138,18 +139,26 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_vec(
     __global float* t_y = t_y_base + t_y_off;
 
     const int V = 4;             // elements per vector
-    const int BLOCK = 32;
+    const int BLOCK = 128;
+    const int LANES = 128;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 15;           // vectors per row
-    __local stash_t partial[32];
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    __local stash_t partial[128];
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         vec_x_t_4 xv[1];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load_x_t_4(xr + (long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -163,8 +172,8 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_vec(
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 0.10000000149011612f)));
 #pragma unroll
         for (int it = 0; it < 1; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_4 yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long)vi * V + l, t_scale);
@@ -174,7 +183,7 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_vec(
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_scalar(
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void rms_axis1_scalar(
     __global const float* t_x_base, long t_x_off,
     __global const float* t_scale_base, long t_scale_off,
     __global float* t_y_base, long t_y_off,
@@ -187,18 +196,26 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_scalar(
     __global float* t_y = t_y_base + t_y_off;
 
     const int V = 1;             // elements per vector
-    const int BLOCK = 32;
+    const int BLOCK = 128;
+    const int LANES = 128;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 60;           // vectors per row
-    __local stash_t partial[32];
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    __local stash_t partial[128];
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         vec_x_t_1 xv[2];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 2; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load_x_t_1(xr + (long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -212,8 +229,8 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void rms_axis1_scalar(
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 0.10000000149011612f)));
 #pragma unroll
         for (int it = 0; it < 2; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_1 yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long)vi * V + l, t_scale);

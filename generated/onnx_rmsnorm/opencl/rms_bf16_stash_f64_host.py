@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "rms_bf16_stash_f64_vec": (32, (
+    "rms_bf16_stash_f64_vec": (128, (
         ("t_x", "pointer"),
         ("t_scale", "pointer"),
         ("t_y", "pointer"),
@@ -28,7 +28,7 @@ KERNELS = {
         ("x_row_stride", "int64"),
         ("y_row_stride", "int64"),
     )),
-    "rms_bf16_stash_f64_scalar": (32, (
+    "rms_bf16_stash_f64_scalar": (128, (
         ("t_x", "pointer"),
         ("t_scale", "pointer"),
         ("t_y", "pointer"),

@@ -9,15 +9,16 @@
 // Inputs: x: f32[N, 4096], scale: f32[4096] (contiguous).
 // Output: y: f32, the shape of x.
 // Stage one (mean square, reciprocal root, normalize) in float, rounded to f32; the scale
-// multiply in float, stored as f32. One block per row (4096 elements), the sum of
-// squares reduced over the block in float.
+// multiply in float, stored as f32. A row (4096 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
 //   rms_last_axis_vec: 4-element vectors, block (256, 1, 1). Requires x and y addresses
 //       aligned to 4 elements and row strides multiples of 4.
 //   rms_last_axis_scalar: block (1024, 1, 1).
-// Rows are [4096] contiguous elements, row r at x + r * x_row_stride; grid (min(n_rows, 2^31 - 1), 1, 1).
+// Rows are [4096] contiguous elements, row r at x + r * x_row_stride; grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 // OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
 // element offset P_off.
 
@@ -139,17 +140,25 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void rms_last_axis_vec
 
     const int V = 4;             // elements per vector
     const int BLOCK = 256;
+    const int LANES = 256;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 1024;           // vectors per row
     __local stash_t partial[256];
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         vec_x_t_4 xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load_x_t_4(xr + (long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -163,8 +172,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void rms_last_axis_vec
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_4 yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long)vi * V + l, t_scale);
@@ -188,17 +197,25 @@ __kernel __attribute__((reqd_work_group_size(1024, 1, 1))) void rms_last_axis_sc
 
     const int V = 1;             // elements per vector
     const int BLOCK = 1024;
+    const int LANES = 1024;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 4096;           // vectors per row
     __local stash_t partial[1024];
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         stash_t sq = 0;
         vec_x_t_1 xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 xv[it] = load_x_t_1(xr + (long)vi * V);
 #pragma unroll
                 for (int l = 0; l < V; ++l) {
@@ -212,8 +229,8 @@ __kernel __attribute__((reqd_work_group_size(1024, 1, 1))) void rms_last_axis_sc
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_1 yv;
 #pragma unroll
                 for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, (long)vi * V + l, t_scale);

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "onnx_rope_interleaved_vec": (256, (
+    "onnx_rope_interleaved_vec": (64, (
         ("x_y", "pointer"),
         ("y_y", "pointer"),
         ("x_y_sb", "int64"),
@@ -44,7 +44,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "onnx_rope_interleaved_scalar": (256, (
+    "onnx_rope_interleaved_scalar": (64, (
         ("x_y", "pointer"),
         ("y_y", "pointer"),
         ("x_y_sb", "int64"),

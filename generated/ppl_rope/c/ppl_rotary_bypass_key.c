@@ -178,6 +178,18 @@ static int rg_isa(void)
  * instructions quiet (set the top payload bit). The tails take the scalar F16C forms, so that one
  * kernel treats every element alike. */
 #include <immintrin.h>
+/* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs */
+static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
+    else _mm_storeu_si128((__m128i *)(void *)d, v);
+}
+static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
+{
+    rg_put16(d, _mm256_castsi256_si128(v), nt);
+    rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+}
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
@@ -185,11 +197,11 @@ static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, in
         _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
     for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
 }
-static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n)
+static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+        rg_put16(d + i, _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT), nt);
     for (; i < n; ++i) d[i] = (uint16_t)_cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
 }
 static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s, int n)
@@ -199,12 +211,12 @@ static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s
         _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(s + i))));
     rg_f16_in_avx2(d + i, s + i, n - i);
 }
-static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n)
+static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    rg_f16_out_avx2(d + i, s + i, n - i);
+        rg_put32(d + i, _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT), nt);
+    rg_f16_out_avx2(d + i, s + i, n - i, nt);
 }
 #endif
 
@@ -528,8 +540,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * query_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
-                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 float rg_xf[64], rg_yf[64];
                 rg_f16_in_avx2(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
@@ -548,11 +562,11 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
                         rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
                     }
-                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 32);
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 32, rg_nt);
                     /* elements [32, 64) pass through as raw bits */
                     for (int rg_i = 32; rg_i < 64; ++rg_i) rg_dst[rg_u * 64 + rg_i] = rg_xh[rg_u * 64 + rg_i];
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -619,8 +633,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * query_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
-                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 float rg_xf[64], rg_yf[64];
                 rg_f16_in_avx512(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
@@ -639,11 +655,11 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
                         rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
                     }
-                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 32);
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 32, rg_nt);
                     /* elements [32, 64) pass through as raw bits */
                     for (int rg_i = 32; rg_i < 64; ++rg_i) rg_dst[rg_u * 64 + rg_i] = rg_xh[rg_u * 64 + rg_i];
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 

@@ -20,7 +20,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 16 threads per token.
 //   ppl_rotary_scalar: any strides. 32 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 10 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -171,7 +172,7 @@ static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
     *s = angle_in(mul_f32(sv, 1.0f));
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void ppl_rotary_vec(
     __global const float* x_rotated_query_base, long x_rotated_query_off,
     __global float* y_rotated_query_base, long y_rotated_query_off,
     long x_rotated_query_sb,
@@ -204,7 +205,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_vec(
     __global const long* t_pad_len = t_pad_len_base + t_pad_len_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 16;
     const int tile = (int)(gid - token * 16);
     if (token >= n_tokens) return;
@@ -212,8 +215,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_vec(
     const long s = token - b * seq_len;
     const long pos0 = (long)(t_start_pos[0]) + s - (long)(t_pad_len[b * t_pad_len_si]);
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 16) {
         // tiles [0, 16), i = tile - 0: 1 vector(s) at unit offsets (0) + 4 i, cos/sin columns 0 + 2 i + (0, 1), position stream 0
         const int i = tile - 0;
@@ -227,22 +230,19 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_vec(
             const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
             const long xb = b * x_rotated_query_sb + s * x_rotated_query_ss;
             const long yb = b * y_rotated_query_sb + s * y_rotated_query_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_4 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rotated_query_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_rotated_query + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_4 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rotated_query_sh, 1);
+                    xv[0] = load_storage_t_4(x_rotated_query + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rotated_query_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rotated_query_sh, 1);
                     vec_storage_t_4 yv[1];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][0].v[1]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[1]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[2]), cvt_f32_f32(xv[u][0].v[3]), ac[1], as[1]));
-                    yv[0].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[3]), cvt_f32_f32(xv[u][0].v[2]), ac[1], as[1]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[0].v[1]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[1]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[2]), cvt_f32_f32(xv[0].v[3]), ac[1], as[1]));
+                    yv[0].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[3]), cvt_f32_f32(xv[0].v[2]), ac[1], as[1]));
                     store_storage_t_4(y_rotated_query + hy + off0, yv[0]);
                 }
 
@@ -253,22 +253,19 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_vec(
             const int hi_h = h_hi < 10 ? h_hi - 8 : 2;
             const long xb = b * x_rotated_key_sb + s * x_rotated_key_ss;
             const long yb = b * y_rotated_key_sb + s * y_rotated_key_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_4 xv[1][1];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rotated_key_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_rotated_key + hx + off0);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_4 xv[1];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rotated_key_sh, 1);
+                    xv[0] = load_storage_t_4(x_rotated_key + hx + off0);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rotated_key_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rotated_key_sh, 1);
                     vec_storage_t_4 yv[1];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][0].v[1]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[1]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[2]), cvt_f32_f32(xv[u][0].v[3]), ac[1], as[1]));
-                    yv[0].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][0].v[3]), cvt_f32_f32(xv[u][0].v[2]), ac[1], as[1]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[0].v[1]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[1]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[2]), cvt_f32_f32(xv[0].v[3]), ac[1], as[1]));
+                    yv[0].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[0].v[3]), cvt_f32_f32(xv[0].v[2]), ac[1], as[1]));
                     store_storage_t_4(y_rotated_key + hy + off0, yv[0]);
                 }
 
@@ -277,7 +274,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_vec(
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void ppl_rotary_scalar(
     __global const float* x_rotated_query_base, long x_rotated_query_off,
     __global float* y_rotated_query_base, long y_rotated_query_off,
     long x_rotated_query_sb,
@@ -314,7 +311,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_scalar
     __global const long* t_pad_len = t_pad_len_base + t_pad_len_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 32;
     const int tile = (int)(gid - token * 32);
     if (token >= n_tokens) return;
@@ -322,8 +321,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_scalar
     const long s = token - b * seq_len;
     const long pos0 = (long)(t_start_pos[0]) + s - (long)(t_pad_len[b * t_pad_len_si]);
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 32) {
         // tiles [0, 32), i = tile - 0: 2 vector(s) at unit offsets (0, 1) + 2 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -337,21 +336,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_scalar
             const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
             const long xb = b * x_rotated_query_sb + s * x_rotated_query_ss;
             const long yb = b * y_rotated_query_sb + s * y_rotated_query_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rotated_query_sh, x_rotated_query_sd);
-                    xv[u][0] = load_storage_t_1(x_rotated_query + hx + off0 * x_rotated_query_sd);
-                    xv[u][1] = load_storage_t_1(x_rotated_query + hx + off1 * x_rotated_query_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rotated_query_sh, x_rotated_query_sd);
+                    xv[0] = load_storage_t_1(x_rotated_query + hx + off0 * x_rotated_query_sd);
+                    xv[1] = load_storage_t_1(x_rotated_query + hx + off1 * x_rotated_query_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rotated_query_sh, y_rotated_query_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rotated_query_sh, y_rotated_query_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_rotated_query + hy + off0 * y_rotated_query_sd, yv[0]);
                     store_storage_t_1(y_rotated_query + hy + off1 * y_rotated_query_sd, yv[1]);
                 }
@@ -363,21 +359,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ppl_rotary_scalar
             const int hi_h = h_hi < 10 ? h_hi - 8 : 2;
             const long xb = b * x_rotated_key_sb + s * x_rotated_key_ss;
             const long yb = b * y_rotated_key_sb + s * y_rotated_key_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_rotated_key_sh, x_rotated_key_sd);
-                    xv[u][0] = load_storage_t_1(x_rotated_key + hx + off0 * x_rotated_key_sd);
-                    xv[u][1] = load_storage_t_1(x_rotated_key + hx + off1 * x_rotated_key_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_rotated_key_sh, x_rotated_key_sd);
+                    xv[0] = load_storage_t_1(x_rotated_key + hx + off0 * x_rotated_key_sd);
+                    xv[1] = load_storage_t_1(x_rotated_key + hx + off1 * x_rotated_key_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_rotated_key_sh, y_rotated_key_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_rotated_key_sh, y_rotated_key_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_rotated_key + hy + off0 * y_rotated_key_sd, yv[0]);
                     store_storage_t_1(y_rotated_key + hy + off1 * y_rotated_key_sd, yv[1]);
                 }

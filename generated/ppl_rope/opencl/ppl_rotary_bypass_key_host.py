@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "ppl_rotary_bypass_key_vec": (256, (
+    "ppl_rotary_bypass_key_vec": (64, (
         ("x_rotated_query", "pointer"),
         ("y_rotated_query", "pointer"),
         ("x_rotated_query_sb", "int64"),
@@ -43,7 +43,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "ppl_rotary_bypass_key_scalar": (256, (
+    "ppl_rotary_bypass_key_scalar": (64, (
         ("x_rotated_query", "pointer"),
         ("y_rotated_query", "pointer"),
         ("x_rotated_query_sb", "int64"),

@@ -410,6 +410,14 @@ static inline void rg_angles(int64_t pos, rg_c *rg_cos, rg_c *rg_sin)
         rg_sin[i] = rg_load_f64_f32(s[i] * 1.0);
     }
 }
+#if RG_DISPATCH
+
+/* the vector variants' float path of normalized streams (_head_norm.inc.j2): GCC / Clang vector types,
+ * for a sum of squares whose pairwise tree is a few vector additions rather than scalar shuffles */
+typedef float rg_v16f __attribute__((vector_size(64)));
+typedef float rg_v8f __attribute__((vector_size(32)));
+typedef float rg_v4f __attribute__((vector_size(16)));
+#endif
 
 /* rmsnorm over one head of q (head_dim 256): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm0_inv(const float *x, int64_t head_stride)
@@ -427,8 +435,11 @@ static inline float rg_head_norm0_inv(const float *x, int64_t head_stride)
             acc[i % 16] += v * v;
         }
     }
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    /* the tree, a level per constant-width loop (vector additions, not a chain through memory) */
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    acc[0] += acc[1];
     return (float)1 / sqrtf(acc[0] / 256.0f + 9.9999999747524271e-07f);
 }
 
@@ -441,6 +452,36 @@ static inline void rg_head_norm0(const float *x, const float *w, float *y, float
         y[i] = rg_store_f32_f32(v * (1.0f + rg_load_f32_f32(w[i])));
     }
 }
+#if RG_DISPATCH
+
+/* the vector variants' inverse root of one head from float at xh (the head's float copy, or the head where
+ * x is f32: exactly the values _inv loads), the same sums in the same order: lane l of acc is sum l, and
+ * each level of the tree adds the upper half of the lanes to the lower */
+static inline float rg_head_norm0_inv_f(const float *xh)
+{
+    rg_v16f acc = {0};
+    for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
+        rg_v16f v;
+        memcpy(&v, xh + i0, sizeof v);
+        acc += v * v;
+    }
+    for (int i = 256; i < 256; ++i) {
+        const float v = xh[i];
+        acc[i % 16] += v * v;
+    }
+    rg_v8f lo8, hi8;
+    memcpy(&lo8, &acc, sizeof lo8);
+    memcpy(&hi8, (const char *)&acc + sizeof lo8, sizeof hi8);
+    const rg_v8f sum8 = lo8 + hi8;
+    rg_v4f lo4, hi4;
+    memcpy(&lo4, &sum8, sizeof lo4);
+    memcpy(&hi4, (const char *)&sum8 + sizeof lo4, sizeof hi4);
+    const rg_v4f sum4 = lo4 + hi4;
+    const float sum2_0 = sum4[0] + sum4[2], sum2_1 = sum4[1] + sum4[3];
+    return 1.0f / sqrtf((sum2_0 + sum2_1) / 256.0f + 9.9999999747524271e-07f);
+}
+#endif
+
 
 /* rmsnorm over one head of k (head_dim 256): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
@@ -458,8 +499,11 @@ static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
             acc[i % 16] += v * v;
         }
     }
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    /* the tree, a level per constant-width loop (vector additions, not a chain through memory) */
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    acc[0] += acc[1];
     return (float)1 / sqrtf(acc[0] / 256.0f + 9.9999999747524271e-07f);
 }
 
@@ -472,6 +516,36 @@ static inline void rg_head_norm1(const float *x, const float *w, float *y, float
         y[i] = rg_store_f32_f32(v * (1.0f + rg_load_f32_f32(w[i])));
     }
 }
+#if RG_DISPATCH
+
+/* the vector variants' inverse root of one head from float at xh (the head's float copy, or the head where
+ * x is f32: exactly the values _inv loads), the same sums in the same order: lane l of acc is sum l, and
+ * each level of the tree adds the upper half of the lanes to the lower */
+static inline float rg_head_norm1_inv_f(const float *xh)
+{
+    rg_v16f acc = {0};
+    for (int i0 = 0; i0 + 16 <= 256; i0 += 16) {
+        rg_v16f v;
+        memcpy(&v, xh + i0, sizeof v);
+        acc += v * v;
+    }
+    for (int i = 256; i < 256; ++i) {
+        const float v = xh[i];
+        acc[i % 16] += v * v;
+    }
+    rg_v8f lo8, hi8;
+    memcpy(&lo8, &acc, sizeof lo8);
+    memcpy(&hi8, (const char *)&acc + sizeof lo8, sizeof hi8);
+    const rg_v8f sum8 = lo8 + hi8;
+    rg_v4f lo4, hi4;
+    memcpy(&lo4, &sum8, sizeof lo4);
+    memcpy(&hi4, (const char *)&sum8 + sizeof lo4, sizeof hi4);
+    const rg_v4f sum4 = lo4 + hi4;
+    const float sum2_0 = sum4[0] + sum4[2], sum2_1 = sum4[1] + sum4[3];
+    return 1.0f / sqrtf((sum2_0 + sum2_1) / 256.0f + 9.9999999747524271e-07f);
+}
+#endif
+
 
 /* the arguments of one call, shared by the threads */
 struct rg_args {
@@ -637,9 +711,14 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         {
             const float *rg_xt = q + rg_t * q_stride_token;
             float *rg_yt = q_rot + rg_t * q_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[8];
+            for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                rg_invs[rg_h] = rg_head_norm0_inv_f(rg_xt + rg_h * q_stride_head);
+            }
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_invs[rg_h]);
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -668,9 +747,14 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         {
             const float *rg_xt = k + rg_t * k_stride_token;
             float *rg_yt = k_rot + rg_t * k_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[4];
+            for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                rg_invs[rg_h] = rg_head_norm1_inv_f(rg_xt + rg_h * k_stride_head);
+            }
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_invs[rg_h]);
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -738,9 +822,14 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         {
             const float *rg_xt = q + rg_t * q_stride_token;
             float *rg_yt = q_rot + rg_t * q_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[8];
+            for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                rg_invs[rg_h] = rg_head_norm0_inv_f(rg_xt + rg_h * q_stride_head);
+            }
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
+                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_invs[rg_h]);
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -769,9 +858,14 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         {
             const float *rg_xt = k + rg_t * k_stride_token;
             float *rg_yt = k_rot + rg_t * k_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[4];
+            for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                rg_invs[rg_h] = rg_head_norm1_inv_f(rg_xt + rg_h * k_stride_head);
+            }
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 float rg_nh[256];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
+                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_invs[rg_h]);
                 const float *rg_xh = rg_nh;
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;

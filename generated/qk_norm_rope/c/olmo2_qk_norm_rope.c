@@ -363,8 +363,11 @@ static inline float rg_head_norm0_inv(const float *x, int64_t head_stride)
             acc[i % 16] += v * v;
         }
     }
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    /* the tree, a level per constant-width loop (vector additions, not a chain through memory) */
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    acc[0] += acc[1];
     return (float)1 / sqrtf(acc[0] / 4096.0f + 9.9999999747524271e-07f);
 }
 
@@ -377,6 +380,7 @@ static inline void rg_head_norm0(const float *x, const float *w, float *y, float
         y[i] = rg_store_f32_f32(v * (rg_load_f32_f32(w[i])));
     }
 }
+
 
 /* rmsnorm over all 32 heads of a token of k (head_dim 128): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
@@ -394,8 +398,11 @@ static inline float rg_head_norm1_inv(const float *x, int64_t head_stride)
             acc[i % 16] += v * v;
         }
     }
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    /* the tree, a level per constant-width loop (vector additions, not a chain through memory) */
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    acc[0] += acc[1];
     return (float)1 / sqrtf(acc[0] / 4096.0f + 9.9999999747524271e-07f);
 }
 
@@ -408,6 +415,7 @@ static inline void rg_head_norm1(const float *x, const float *w, float *y, float
         y[i] = rg_store_f32_f32(v * (rg_load_f32_f32(w[i])));
     }
 }
+
 
 /* the arguments of one call, shared by the threads */
 struct rg_args {

@@ -178,6 +178,18 @@ static int rg_isa(void)
  * instructions quiet (set the top payload bit). The tails take the scalar F16C forms, so that one
  * kernel treats every element alike. */
 #include <immintrin.h>
+/* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs */
+static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
+    else _mm_storeu_si128((__m128i *)(void *)d, v);
+}
+static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
+{
+    rg_put16(d, _mm256_castsi256_si128(v), nt);
+    rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+}
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
@@ -185,11 +197,11 @@ static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, in
         _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
     for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
 }
-static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n)
+static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+        rg_put16(d + i, _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT), nt);
     for (; i < n; ++i) d[i] = (uint16_t)_cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
 }
 static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s, int n)
@@ -199,12 +211,12 @@ static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s
         _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(s + i))));
     rg_f16_in_avx2(d + i, s + i, n - i);
 }
-static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n)
+static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    rg_f16_out_avx2(d + i, s + i, n - i);
+        rg_put32(d + i, _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT), nt);
+    rg_f16_out_avx2(d + i, s + i, n - i, nt);
 }
 #endif
 
@@ -336,6 +348,14 @@ static inline void rg_angles(int64_t pos, rg_c *rg_cos, rg_c *rg_sin)
         rg_sin[i] = rg_load_f64_f32(s[i] * 1.0);
     }
 }
+#if RG_DISPATCH
+
+/* the vector variants' float path of normalized streams (_head_norm.inc.j2): GCC / Clang vector types,
+ * for a sum of squares whose pairwise tree is a few vector additions rather than scalar shuffles */
+typedef float rg_v16f __attribute__((vector_size(64)));
+typedef float rg_v8f __attribute__((vector_size(32)));
+typedef float rg_v4f __attribute__((vector_size(16)));
+#endif
 
 /* rmsnorm over one head of q (head_dim 64): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm0_inv(const uint16_t *x, int64_t head_stride)
@@ -353,8 +373,11 @@ static inline float rg_head_norm0_inv(const uint16_t *x, int64_t head_stride)
             acc[i % 16] += v * v;
         }
     }
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    /* the tree, a level per constant-width loop (vector additions, not a chain through memory) */
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    acc[0] += acc[1];
     return (float)1 / sqrtf(acc[0] / 64.0f + 9.9999997473787516e-06f);
 }
 
@@ -367,6 +390,63 @@ static inline void rg_head_norm0(const uint16_t *x, const uint16_t *w, uint16_t 
         y[i] = rg_store_f32_f16(v * (rg_load_f16_f32(w[i])));
     }
 }
+#if RG_DISPATCH
+
+/* the vector variants' inverse root of one head from float at xh (the head's float copy, or the head where
+ * x is f32: exactly the values _inv loads), the same sums in the same order: lane l of acc is sum l, and
+ * each level of the tree adds the upper half of the lanes to the lower */
+static inline float rg_head_norm0_inv_f(const float *xh)
+{
+    rg_v16f acc = {0};
+    for (int i0 = 0; i0 + 16 <= 64; i0 += 16) {
+        rg_v16f v;
+        memcpy(&v, xh + i0, sizeof v);
+        acc += v * v;
+    }
+    for (int i = 64; i < 64; ++i) {
+        const float v = xh[i];
+        acc[i % 16] += v * v;
+    }
+    rg_v8f lo8, hi8;
+    memcpy(&lo8, &acc, sizeof lo8);
+    memcpy(&hi8, (const char *)&acc + sizeof lo8, sizeof hi8);
+    const rg_v8f sum8 = lo8 + hi8;
+    rg_v4f lo4, hi4;
+    memcpy(&lo4, &sum8, sizeof lo4);
+    memcpy(&hi4, (const char *)&sum8 + sizeof lo4, sizeof hi4);
+    const rg_v4f sum4 = lo4 + hi4;
+    const float sum2_0 = sum4[0] + sum4[2], sum2_1 = sum4[1] + sum4[3];
+    return 1.0f / sqrtf((sum2_0 + sum2_1) / 64.0f + 9.9999997473787516e-06f);
+}
+
+/* the float path of the vector variants: the weight row in float (the factor rg_head_norm0 multiplies by), into wf;
+ * whether every factor is finite */
+static inline int rg_head_norm0_weights(const uint16_t *w, float *wf)
+{
+    int finite = 1;
+    for (int i = 0; i < 64; ++i) {
+        wf[i] = rg_load_f16_f32(w[i]);
+        finite &= isfinite(wf[i]) ? 1 : 0;
+    }
+    return finite;
+}
+
+/* the float path: the head in float at xf normalized in place with the factors wf (rg_head_norm0_weights), each
+ * value on the f16 grid, as float (rg_round_f16 is rounding to f16 and back in 32-bit lanes): the
+ * bits rg_head_norm0 stores. With finite factors and a finite, positive inverse root every element was finite
+ * (the sum of squares is), each normalized value is at most about the root of the count summed and no
+ * product is NaN, so bf16's roundings need no NaN select (the same bits for every other value). */
+static inline void rg_head_norm0_f(float *xf, const float *wf, float inv_rms, int wf_finite)
+{
+    (void)wf_finite;
+    RG_SIMD
+    for (int i = 0; i < 64; ++i) {
+        const float normalized = xf[i] * inv_rms;
+        xf[i] = rg_round_f16(rg_round_f16(normalized) * wf[i]);
+    }
+}
+#endif
+
 
 /* rmsnorm over one head of k (head_dim 64): the inverse root, summed head by head into 16 partial sums (element i into sum i % 16), then a pairwise tree */
 static inline float rg_head_norm1_inv(const uint16_t *x, int64_t head_stride)
@@ -384,8 +464,11 @@ static inline float rg_head_norm1_inv(const uint16_t *x, int64_t head_stride)
             acc[i % 16] += v * v;
         }
     }
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    /* the tree, a level per constant-width loop (vector additions, not a chain through memory) */
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    acc[0] += acc[1];
     return (float)1 / sqrtf(acc[0] / 64.0f + 9.9999997473787516e-06f);
 }
 
@@ -398,6 +481,63 @@ static inline void rg_head_norm1(const uint16_t *x, const uint16_t *w, uint16_t 
         y[i] = rg_store_f32_f16(v * (rg_load_f16_f32(w[i])));
     }
 }
+#if RG_DISPATCH
+
+/* the vector variants' inverse root of one head from float at xh (the head's float copy, or the head where
+ * x is f32: exactly the values _inv loads), the same sums in the same order: lane l of acc is sum l, and
+ * each level of the tree adds the upper half of the lanes to the lower */
+static inline float rg_head_norm1_inv_f(const float *xh)
+{
+    rg_v16f acc = {0};
+    for (int i0 = 0; i0 + 16 <= 64; i0 += 16) {
+        rg_v16f v;
+        memcpy(&v, xh + i0, sizeof v);
+        acc += v * v;
+    }
+    for (int i = 64; i < 64; ++i) {
+        const float v = xh[i];
+        acc[i % 16] += v * v;
+    }
+    rg_v8f lo8, hi8;
+    memcpy(&lo8, &acc, sizeof lo8);
+    memcpy(&hi8, (const char *)&acc + sizeof lo8, sizeof hi8);
+    const rg_v8f sum8 = lo8 + hi8;
+    rg_v4f lo4, hi4;
+    memcpy(&lo4, &sum8, sizeof lo4);
+    memcpy(&hi4, (const char *)&sum8 + sizeof lo4, sizeof hi4);
+    const rg_v4f sum4 = lo4 + hi4;
+    const float sum2_0 = sum4[0] + sum4[2], sum2_1 = sum4[1] + sum4[3];
+    return 1.0f / sqrtf((sum2_0 + sum2_1) / 64.0f + 9.9999997473787516e-06f);
+}
+
+/* the float path of the vector variants: the weight row in float (the factor rg_head_norm1 multiplies by), into wf;
+ * whether every factor is finite */
+static inline int rg_head_norm1_weights(const uint16_t *w, float *wf)
+{
+    int finite = 1;
+    for (int i = 0; i < 64; ++i) {
+        wf[i] = rg_load_f16_f32(w[i]);
+        finite &= isfinite(wf[i]) ? 1 : 0;
+    }
+    return finite;
+}
+
+/* the float path: the head in float at xf normalized in place with the factors wf (rg_head_norm1_weights), each
+ * value on the f16 grid, as float (rg_round_f16 is rounding to f16 and back in 32-bit lanes): the
+ * bits rg_head_norm1 stores. With finite factors and a finite, positive inverse root every element was finite
+ * (the sum of squares is), each normalized value is at most about the root of the count summed and no
+ * product is NaN, so bf16's roundings need no NaN select (the same bits for every other value). */
+static inline void rg_head_norm1_f(float *xf, const float *wf, float inv_rms, int wf_finite)
+{
+    (void)wf_finite;
+    RG_SIMD
+    for (int i = 0; i < 64; ++i) {
+        const float normalized = xf[i] * inv_rms;
+        xf[i] = rg_round_f16(rg_round_f16(normalized) * wf[i]);
+    }
+}
+#endif
+
 
 /* the arguments of one call, shared by the threads */
 struct rg_args {
@@ -553,7 +693,11 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
-(void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads; 
+(void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads;     float rg_head_norm0_wf[64];      /* q_rot's norm factors in float, and whether all are finite */
+    const int rg_head_norm0_wok = rg_head_norm0_weights(q_weight, rg_head_norm0_wf);
+    float rg_head_norm1_wf[64];      /* k_rot's norm factors in float, and whether all are finite */
+    const int rg_head_norm1_wok = rg_head_norm1_weights(k_weight, rg_head_norm1_wf);
+
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
@@ -567,15 +711,25 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         {
             const uint16_t *rg_xt = q + rg_t * q_stride_token;
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[16];
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
-                uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
-                const uint16_t *rg_xh = rg_nh;
-                uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
+                float rg_xf[64];
+                rg_f16_in_avx2(rg_xf, rg_xt + rg_h * q_stride_head, 64);
+                rg_invs[rg_h] = rg_head_norm0_inv_f(rg_xf);
+            }
+            for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
+                /* the float path: the head in float, normalized there (see rg_head_norm0_f), then rotated */
+                const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
+                float rg_xf[64];
                 rg_f16_in_avx2(rg_xf, rg_xh, 64);
+                rg_head_norm0_f(rg_xf, rg_head_norm0_wf, rg_invs[rg_h], rg_head_norm0_wok);
+                uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_yf[64];
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xf + rg_u * 64;
                     float *rg_y = rg_yf + rg_u * 64;
@@ -592,11 +746,11 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
                         rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
                     }
-                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 32);
-                    /* elements [32, 64) pass through as raw bits */
-                    for (int rg_i = 32; rg_i < 64; ++rg_i) rg_dst[rg_u * 64 + rg_i] = rg_xh[rg_u * 64 + rg_i];
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 32, rg_nt);
+                    /* 32 elements from 32 pass through: normalized, on the grid, so converted exactly */
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 32, rg_x + 32, 32, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -604,15 +758,25 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         {
             const uint16_t *rg_xt = k + rg_t * k_stride_token;
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[4];
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
-                uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
-                const uint16_t *rg_xh = rg_nh;
-                uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
+                float rg_xf[64];
+                rg_f16_in_avx2(rg_xf, rg_xt + rg_h * k_stride_head, 64);
+                rg_invs[rg_h] = rg_head_norm1_inv_f(rg_xf);
+            }
+            for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                /* the float path: the head in float, normalized there (see rg_head_norm1_f), then rotated */
+                const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
+                float rg_xf[64];
                 rg_f16_in_avx2(rg_xf, rg_xh, 64);
+                rg_head_norm1_f(rg_xf, rg_head_norm1_wf, rg_invs[rg_h], rg_head_norm1_wok);
+                uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_yf[64];
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xf + rg_u * 64;
                     float *rg_y = rg_yf + rg_u * 64;
@@ -629,11 +793,11 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
                         rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
                     }
-                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 32);
-                    /* elements [32, 64) pass through as raw bits */
-                    for (int rg_i = 32; rg_i < 64; ++rg_i) rg_dst[rg_u * 64 + rg_i] = rg_xh[rg_u * 64 + rg_i];
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 32, rg_nt);
+                    /* 32 elements from 32 pass through: normalized, on the grid, so converted exactly */
+                    rg_f16_out_avx2(rg_dst + rg_u * 64 + 32, rg_x + 32, 32, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }
@@ -666,7 +830,11 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
-(void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads; 
+(void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads;     float rg_head_norm0_wf[64];      /* q_rot's norm factors in float, and whether all are finite */
+    const int rg_head_norm0_wok = rg_head_norm0_weights(q_weight, rg_head_norm0_wf);
+    float rg_head_norm1_wf[64];      /* k_rot's norm factors in float, and whether all are finite */
+    const int rg_head_norm1_wok = rg_head_norm1_weights(k_weight, rg_head_norm1_wf);
+
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
         const int64_t rg_b = rg_t / rg_S, rg_s = rg_t - rg_b * rg_S;
         (void)rg_b; (void)rg_s;
@@ -680,15 +848,25 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         {
             const uint16_t *rg_xt = q + rg_t * q_stride_token;
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[16];
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
-                uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_head_norm0_inv(rg_xt + rg_h * q_stride_head, 0));
-                const uint16_t *rg_xh = rg_nh;
-                uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
+                float rg_xf[64];
+                rg_f16_in_avx512(rg_xf, rg_xt + rg_h * q_stride_head, 64);
+                rg_invs[rg_h] = rg_head_norm0_inv_f(rg_xf);
+            }
+            for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
+                /* the float path: the head in float, normalized there (see rg_head_norm0_f), then rotated */
+                const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
+                float rg_xf[64];
                 rg_f16_in_avx512(rg_xf, rg_xh, 64);
+                rg_head_norm0_f(rg_xf, rg_head_norm0_wf, rg_invs[rg_h], rg_head_norm0_wok);
+                uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_yf[64];
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xf + rg_u * 64;
                     float *rg_y = rg_yf + rg_u * 64;
@@ -705,11 +883,11 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
                         rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
                     }
-                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 32);
-                    /* elements [32, 64) pass through as raw bits */
-                    for (int rg_i = 32; rg_i < 64; ++rg_i) rg_dst[rg_u * 64 + rg_i] = rg_xh[rg_u * 64 + rg_i];
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 32, rg_nt);
+                    /* 32 elements from 32 pass through: normalized, on the grid, so converted exactly */
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 32, rg_x + 32, 32, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -717,15 +895,25 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         {
             const uint16_t *rg_xt = k + rg_t * k_stride_token;
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
+            /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
+            float rg_invs[4];
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
-                uint16_t rg_nh[64];      /* the head normalized, then rotated from here */
-                rg_head_norm1(rg_xt + rg_h * k_stride_head, k_weight, rg_nh, rg_head_norm1_inv(rg_xt + rg_h * k_stride_head, 0));
-                const uint16_t *rg_xh = rg_nh;
-                uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (F16C), rotated there; the rotated ranges back to f16 (F16C) */
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
+                float rg_xf[64];
+                rg_f16_in_avx512(rg_xf, rg_xt + rg_h * k_stride_head, 64);
+                rg_invs[rg_h] = rg_head_norm1_inv_f(rg_xf);
+            }
+            for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                /* the float path: the head in float, normalized there (see rg_head_norm1_f), then rotated */
+                const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
+                float rg_xf[64];
                 rg_f16_in_avx512(rg_xf, rg_xh, 64);
+                rg_head_norm1_f(rg_xf, rg_head_norm1_wf, rg_invs[rg_h], rg_head_norm1_wok);
+                uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_yf[64];
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xf + rg_u * 64;
                     float *rg_y = rg_yf + rg_u * 64;
@@ -742,11 +930,11 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
                         rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
                     }
-                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 32);
-                    /* elements [32, 64) pass through as raw bits */
-                    for (int rg_i = 32; rg_i < 64; ++rg_i) rg_dst[rg_u * 64 + rg_i] = rg_xh[rg_u * 64 + rg_i];
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 32, rg_nt);
+                    /* 32 elements from 32 pass through: normalized, on the grid, so converted exactly */
+                    rg_f16_out_avx512(rg_dst + rg_u * 64 + 32, rg_x + 32, 32, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }

@@ -23,7 +23,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 1 threads per token.
 //   gemma3_qk_norm_rope_scalar: any strides. 1 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 12 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -40,14 +41,63 @@ struct alignas(sizeof(T) * N) Vec {
     T v[N];
 };
 
+// The bits of a vector of B bytes: 32-bit words, or one narrower word.
+template <int B> struct alignas(B) Bits { unsigned int w[B / 4]; };
+template <> struct alignas(2) Bits<2> { unsigned short w[1]; };
+template <> struct alignas(1) Bits<1> { unsigned char w[1]; };
+
+template <typename T, int N>
+union VecBits {
+    Vec<T, N> vec;
+    Bits<sizeof(T) * N> bits;
+};
+
+// One global access of a vector's bits. NVVM splits the copy of an aggregate (a Vec, even a uint4
+// assembled from 16-bit lanes) into 32-bit or narrower accesses, so 16 and 8 bytes are spelled in PTX:
+// ld/st.global.v4.b32 (128 bits) and .v2.b32 (64 bits), what lower/gpu/launch.py plans and
+// tests/test_cuda_ptx.py finds in the compiled code. Volatile: they stay in program order, so a
+// thread's loads of a head precede its stores (in place) exactly as written.
+template <int B>
+__device__ __forceinline__ Bits<B> load_bits(const void* p) { return *reinterpret_cast<const Bits<B>*>(p); }
+template <int B>
+__device__ __forceinline__ void store_bits(void* p, const Bits<B>& b) { *reinterpret_cast<Bits<B>*>(p) = b; }
+#ifdef __CUDA_ARCH__
+template <>
+__device__ __forceinline__ Bits<16> load_bits<16>(const void* p) {
+    Bits<16> b;
+    asm volatile("ld.global.v4.b32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ Bits<8> load_bits<8>(const void* p) {
+    Bits<8> b;
+    asm volatile("ld.global.v2.b32 { %0, %1 }, [%2];" : "=r"(b.w[0]), "=r"(b.w[1]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ void store_bits<16>(void* p, const Bits<16>& b) {
+    asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]), "r"(b.w[3]) : "memory");
+}
+template <>
+__device__ __forceinline__ void store_bits<8>(void* p, const Bits<8>& b) {
+    asm volatile("st.global.v2.b32 [%0], { %1, %2 };" :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]) : "memory");
+}
+#endif
+
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load(const T* p) {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
+    VecBits<T, N> u;
+    u.bits = load_bits<sizeof(T) * N>(p);
+    return u.vec;
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
+    VecBits<T, N> u;
+    u.vec = v;
+    store_bits<sizeof(T) * N>(p, u.bits);
 }
 
 // Conversions, each rounding once to nearest even (cvt<To>(from)).
@@ -323,7 +373,7 @@ __device__ __forceinline__ storage_t norm_k_rot(storage_t x, float inv_rms, floa
 
 }  // namespace ropegen_gemma3_qk_norm_rope
 
-extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
+extern "C" __global__ void __launch_bounds__(64, 8) gemma3_qk_norm_rope_vec(
     const float* x_q_rot,
     float* y_q_rot,
     long long x_q_rot_sb,
@@ -353,15 +403,17 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
     int* err)
 {
     using namespace ropegen_gemma3_qk_norm_rope;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     const long long token = gid;   // whole heads: one thread runs every tile of its token (gpu/_head_norm.inc.j2)
     if (token >= n_tokens) return;
     const long long b = 0;   // packed tokens: one batch row
     const long long s = token;
     const long long pos0 = (long long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // real heads [h_lo, h_hi) / 1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * (TOTAL_HEADS / 1)) / head_groups) * 1;
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_lo = (int)(((long long)group * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_hi = (int)(((long long)(group + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
     {   // q -> q_rot: head units [0, 8)
         const int lo_h = h_lo > 0 ? h_lo - 0 : 0;
         const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
@@ -382,33 +434,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
                 exact_cos_sin(__dmul_rn((double)pos0, INV_FREQ[col + 2]), ac[2], as[2]);
                 exact_cos_sin(__dmul_rn((double)pos0, INV_FREQ[col + 3]), ac[3], as[3]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                Vec<storage_t, 4> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 4>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 4>(x_q_rot + hx + off1);
+                Vec<storage_t, 4> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 4>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 4>(x_q_rot + hx + off1);
                     {
-                        const long long we = (long long)((hu + u) % 1) * UNIT;
+                        const long long we = (long long)(hu % 1) * UNIT;
 #pragma unroll
                         for (int l = 0; l < 4; ++l) {
-                            xv[u][0].v[l] = norm_q_rot(xv[u][0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
-                            xv[u][1].v[l] = norm_q_rot(xv[u][1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
+                            xv[0].v[l] = norm_q_rot(xv[0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
+                            xv[1].v[l] = norm_q_rot(xv[1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 4> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
                     store<storage_t, 4>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 4>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -438,33 +488,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
                 exact_cos_sin(__dmul_rn((double)pos0, INV_FREQ[col + 2]), ac[2], as[2]);
                 exact_cos_sin(__dmul_rn((double)pos0, INV_FREQ[col + 3]), ac[3], as[3]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                Vec<storage_t, 4> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 4>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 4>(x_k_rot + hx + off1);
+                Vec<storage_t, 4> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 4>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 4>(x_k_rot + hx + off1);
                     {
-                        const long long we = (long long)((hu + u) % 1) * UNIT;
+                        const long long we = (long long)(hu % 1) * UNIT;
 #pragma unroll
                         for (int l = 0; l < 4; ++l) {
-                            xv[u][0].v[l] = norm_k_rot(xv[u][0].v[l], inv, t_k_weight[(we + off0 + l) * t_k_weight_si]);
-                            xv[u][1].v[l] = norm_k_rot(xv[u][1].v[l], inv, t_k_weight[(we + off1 + l) * t_k_weight_si]);
+                            xv[0].v[l] = norm_k_rot(xv[0].v[l], inv, t_k_weight[(we + off0 + l) * t_k_weight_si]);
+                            xv[1].v[l] = norm_k_rot(xv[1].v[l], inv, t_k_weight[(we + off1 + l) * t_k_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 4> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
                     store<storage_t, 4>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 4>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -478,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_vec(
 }
 
 
-extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_scalar(
+extern "C" __global__ void __launch_bounds__(64, 8) gemma3_qk_norm_rope_scalar(
     const float* x_q_rot,
     float* y_q_rot,
     long long x_q_rot_sb,
@@ -512,15 +560,17 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_scalar(
     int* err)
 {
     using namespace ropegen_gemma3_qk_norm_rope;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     const long long token = gid;   // whole heads: one thread runs every tile of its token (gpu/_head_norm.inc.j2)
     if (token >= n_tokens) return;
     const long long b = 0;   // packed tokens: one batch row
     const long long s = token;
     const long long pos0 = (long long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // real heads [h_lo, h_hi) / 1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * (TOTAL_HEADS / 1)) / head_groups) * 1;
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_lo = (int)(((long long)group * (TOTAL_HEADS / 1)) / head_groups) * 1;
+    const int h_hi = (int)(((long long)(group + 1) * (TOTAL_HEADS / 1)) / head_groups) * 1;
     {   // q -> q_rot: head units [0, 8)
         const int lo_h = h_lo > 0 ? h_lo - 0 : 0;
         const int hi_h = h_hi < 8 ? h_hi - 0 : 8;
@@ -538,27 +588,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_scalar(
                 acc_t ac[1], as[1];   // cos, sin per slot: computed once, used for every head
                 exact_cos_sin(__dmul_rn((double)pos0, INV_FREQ[col + 0]), ac[0], as[0]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                     {
-                        const long long we = (long long)((hu + u) % 1) * UNIT;
+                        const long long we = (long long)(hu % 1) * UNIT;
 #pragma unroll
                         for (int l = 0; l < 1; ++l) {
-                            xv[u][0].v[l] = norm_q_rot(xv[u][0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
-                            xv[u][1].v[l] = norm_q_rot(xv[u][1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
+                            xv[0].v[l] = norm_q_rot(xv[0].v[l], inv, t_q_weight[(we + off0 + l) * t_q_weight_si]);
+                            xv[1].v[l] = norm_q_rot(xv[1].v[l], inv, t_q_weight[(we + off1 + l) * t_q_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -585,27 +633,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemma3_qk_norm_rope_scalar(
                 acc_t ac[1], as[1];   // cos, sin per slot: computed once, used for every head
                 exact_cos_sin(__dmul_rn((double)pos0, INV_FREQ[col + 0]), ac[0], as[0]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                     {
-                        const long long we = (long long)((hu + u) % 1) * UNIT;
+                        const long long we = (long long)(hu % 1) * UNIT;
 #pragma unroll
                         for (int l = 0; l < 1; ++l) {
-                            xv[u][0].v[l] = norm_k_rot(xv[u][0].v[l], inv, t_k_weight[(we + off0 + l) * t_k_weight_si]);
-                            xv[u][1].v[l] = norm_k_rot(xv[u][1].v[l], inv, t_k_weight[(we + off1 + l) * t_k_weight_si]);
+                            xv[0].v[l] = norm_k_rot(xv[0].v[l], inv, t_k_weight[(we + off0 + l) * t_k_weight_si]);
+                            xv[1].v[l] = norm_k_rot(xv[1].v[l], inv, t_k_weight[(we + off1 + l) * t_k_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }

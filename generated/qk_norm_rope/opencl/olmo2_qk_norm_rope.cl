@@ -23,7 +23,8 @@
 //       address aligned to 4 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 4. 1 threads per token.
 //   olmo2_qk_norm_rope_scalar: any strides. 1 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with head_groups 1 (a norm over all heads: one thread runs every head of its token; threads of
 //   further head groups return). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -283,7 +284,7 @@ static inline storage_t norm_k_rot(storage_t x, float inv_rms, float w) {
 }
 
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rope_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void olmo2_qk_norm_rope_vec(
     __global const float* x_q_rot_base, long x_q_rot_off,
     __global float* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -323,7 +324,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid;   // whole heads: one thread runs every tile of its token (gpu/_head_norm.inc.j2)
     if (token >= n_tokens) return;
     const long b = 0;   // packed tokens: one batch row
@@ -331,7 +334,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // a stream normalized over all its heads: every head of the token belongs to this thread (head
     // groups beyond the first have nothing to do)
-    if (get_group_id(1) != 0) return;
+    if (group != 0) return;
     const int h_lo = 0;
     const int h_hi = TOTAL_HEADS;
     {   // q -> q_rot: head units [0, 32)
@@ -354,34 +357,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 2]), &ac[2], &as[2]);
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 3]), &ac[3], &as[3]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                vec_storage_t_4 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_4(x_q_rot + hx + off1);
+                vec_storage_t_4 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_4(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_4(x_q_rot + hx + off1);
                     {
-                        const long we = (long)((hu + u) % 1) * UNIT;
-                        const long wh = (long)((hu + u) / 1) * t_q_weight_sh;
+                        const long we = (long)(hu % 1) * UNIT;
+                        const long wh = (long)(hu / 1) * t_q_weight_sh;
 #pragma unroll
                         for (int l = 0; l < 4; ++l) {
-                            xv[u][0].v[l] = norm_q_rot(xv[u][0].v[l], inv, t_q_weight[wh + (we + off0 + l) * t_q_weight_si]);
-                            xv[u][1].v[l] = norm_q_rot(xv[u][1].v[l], inv, t_q_weight[wh + (we + off1 + l) * t_q_weight_si]);
+                            xv[0].v[l] = norm_q_rot(xv[0].v[l], inv, t_q_weight[wh + (we + off0 + l) * t_q_weight_si]);
+                            xv[1].v[l] = norm_q_rot(xv[1].v[l], inv, t_q_weight[wh + (we + off1 + l) * t_q_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_4 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[1]), cvt_f32_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[2]), cvt_f32_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[3]), cvt_f32_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[1]), cvt_f32_f32(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[2]), cvt_f32_f32(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[3]), cvt_f32_f32(xv[u][0].v[3]), ac[3], as[3]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[1]), cvt_f32_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[2]), cvt_f32_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[3]), cvt_f32_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[1]), cvt_f32_f32(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[2]), cvt_f32_f32(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[3]), cvt_f32_f32(xv[0].v[3]), ac[3], as[3]));
                     store_storage_t_4(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_4(y_q_rot + hy + off1, yv[1]);
                 }
@@ -411,34 +412,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 2]), &ac[2], &as[2]);
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 3]), &ac[3], &as[3]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                vec_storage_t_4 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_4(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_4(x_k_rot + hx + off1);
+                vec_storage_t_4 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_4(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_4(x_k_rot + hx + off1);
                     {
-                        const long we = (long)((hu + u) % 1) * UNIT;
-                        const long wh = (long)((hu + u) / 1) * t_k_weight_sh;
+                        const long we = (long)(hu % 1) * UNIT;
+                        const long wh = (long)(hu / 1) * t_k_weight_sh;
 #pragma unroll
                         for (int l = 0; l < 4; ++l) {
-                            xv[u][0].v[l] = norm_k_rot(xv[u][0].v[l], inv, t_k_weight[wh + (we + off0 + l) * t_k_weight_si]);
-                            xv[u][1].v[l] = norm_k_rot(xv[u][1].v[l], inv, t_k_weight[wh + (we + off1 + l) * t_k_weight_si]);
+                            xv[0].v[l] = norm_k_rot(xv[0].v[l], inv, t_k_weight[wh + (we + off0 + l) * t_k_weight_si]);
+                            xv[1].v[l] = norm_k_rot(xv[1].v[l], inv, t_k_weight[wh + (we + off1 + l) * t_k_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_4 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[1]), cvt_f32_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[2]), cvt_f32_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[3]), cvt_f32_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[1]), cvt_f32_f32(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[2]), cvt_f32_f32(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[3]), cvt_f32_f32(xv[u][0].v[3]), ac[3], as[3]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[1]), cvt_f32_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[2]), cvt_f32_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[3]), cvt_f32_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[1]), cvt_f32_f32(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[2]), cvt_f32_f32(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[3]), cvt_f32_f32(xv[0].v[3]), ac[3], as[3]));
                     store_storage_t_4(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_4(y_k_rot + hy + off1, yv[1]);
                 }
@@ -451,7 +450,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
 
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rope_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void olmo2_qk_norm_rope_scalar(
     __global const float* x_q_rot_base, long x_q_rot_off,
     __global float* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -495,7 +494,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid;   // whole heads: one thread runs every tile of its token (gpu/_head_norm.inc.j2)
     if (token >= n_tokens) return;
     const long b = 0;   // packed tokens: one batch row
@@ -503,7 +504,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
     const long pos0 = (long)t_positions[b * t_positions_sb + s * t_positions_ss];
     // a stream normalized over all its heads: every head of the token belongs to this thread (head
     // groups beyond the first have nothing to do)
-    if (get_group_id(1) != 0) return;
+    if (group != 0) return;
     const int h_lo = 0;
     const int h_hi = TOTAL_HEADS;
     {   // q -> q_rot: head units [0, 32)
@@ -523,28 +524,26 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
                 acc_t ac[1], as[1];   // cos, sin per slot: computed once, used for every head
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 0]), &ac[0], &as[0]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                     {
-                        const long we = (long)((hu + u) % 1) * UNIT;
-                        const long wh = (long)((hu + u) / 1) * t_q_weight_sh;
+                        const long we = (long)(hu % 1) * UNIT;
+                        const long wh = (long)(hu / 1) * t_q_weight_sh;
 #pragma unroll
                         for (int l = 0; l < 1; ++l) {
-                            xv[u][0].v[l] = norm_q_rot(xv[u][0].v[l], inv, t_q_weight[wh + (we + off0 + l) * t_q_weight_si]);
-                            xv[u][1].v[l] = norm_q_rot(xv[u][1].v[l], inv, t_q_weight[wh + (we + off1 + l) * t_q_weight_si]);
+                            xv[0].v[l] = norm_q_rot(xv[0].v[l], inv, t_q_weight[wh + (we + off0 + l) * t_q_weight_si]);
+                            xv[1].v[l] = norm_q_rot(xv[1].v[l], inv, t_q_weight[wh + (we + off1 + l) * t_q_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -571,28 +570,26 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void olmo2_qk_norm_rop
                 acc_t ac[1], as[1];   // cos, sin per slot: computed once, used for every head
                 exact_cos_sin(mul_f64((double)pos0, INV_FREQ[col + 0]), &ac[0], &as[0]);
                     for (int hu = hr; hu < hr + 1; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                     {
-                        const long we = (long)((hu + u) % 1) * UNIT;
-                        const long wh = (long)((hu + u) / 1) * t_k_weight_sh;
+                        const long we = (long)(hu % 1) * UNIT;
+                        const long wh = (long)(hu / 1) * t_k_weight_sh;
 #pragma unroll
                         for (int l = 0; l < 1; ++l) {
-                            xv[u][0].v[l] = norm_k_rot(xv[u][0].v[l], inv, t_k_weight[wh + (we + off0 + l) * t_k_weight_si]);
-                            xv[u][1].v[l] = norm_k_rot(xv[u][1].v[l], inv, t_k_weight[wh + (we + off1 + l) * t_k_weight_si]);
+                            xv[0].v[l] = norm_k_rot(xv[0].v[l], inv, t_k_weight[wh + (we + off0 + l) * t_k_weight_si]);
+                            xv[1].v[l] = norm_k_rot(xv[1].v[l], inv, t_k_weight[wh + (we + off1 + l) * t_k_weight_si]);
                         }
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[u][0].v[0]), cvt_f32_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[u][1].v[0]), cvt_f32_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_f32(rot_sub(cvt_f32_f32(xv[0].v[0]), cvt_f32_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_f32(rot_add(cvt_f32_f32(xv[1].v[0]), cvt_f32_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }

@@ -19,7 +19,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 8 threads per token.
 //   qwen2_vl_scalar: any strides. 64 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 32 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -36,14 +37,63 @@ struct alignas(sizeof(T) * N) Vec {
     T v[N];
 };
 
+// The bits of a vector of B bytes: 32-bit words, or one narrower word.
+template <int B> struct alignas(B) Bits { unsigned int w[B / 4]; };
+template <> struct alignas(2) Bits<2> { unsigned short w[1]; };
+template <> struct alignas(1) Bits<1> { unsigned char w[1]; };
+
+template <typename T, int N>
+union VecBits {
+    Vec<T, N> vec;
+    Bits<sizeof(T) * N> bits;
+};
+
+// One global access of a vector's bits. NVVM splits the copy of an aggregate (a Vec, even a uint4
+// assembled from 16-bit lanes) into 32-bit or narrower accesses, so 16 and 8 bytes are spelled in PTX:
+// ld/st.global.v4.b32 (128 bits) and .v2.b32 (64 bits), what lower/gpu/launch.py plans and
+// tests/test_cuda_ptx.py finds in the compiled code. Volatile: they stay in program order, so a
+// thread's loads of a head precede its stores (in place) exactly as written.
+template <int B>
+__device__ __forceinline__ Bits<B> load_bits(const void* p) { return *reinterpret_cast<const Bits<B>*>(p); }
+template <int B>
+__device__ __forceinline__ void store_bits(void* p, const Bits<B>& b) { *reinterpret_cast<Bits<B>*>(p) = b; }
+#ifdef __CUDA_ARCH__
+template <>
+__device__ __forceinline__ Bits<16> load_bits<16>(const void* p) {
+    Bits<16> b;
+    asm volatile("ld.global.v4.b32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ Bits<8> load_bits<8>(const void* p) {
+    Bits<8> b;
+    asm volatile("ld.global.v2.b32 { %0, %1 }, [%2];" : "=r"(b.w[0]), "=r"(b.w[1]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ void store_bits<16>(void* p, const Bits<16>& b) {
+    asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]), "r"(b.w[3]) : "memory");
+}
+template <>
+__device__ __forceinline__ void store_bits<8>(void* p, const Bits<8>& b) {
+    asm volatile("st.global.v2.b32 [%0], { %1, %2 };" :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]) : "memory");
+}
+#endif
+
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load(const T* p) {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
+    VecBits<T, N> u;
+    u.bits = load_bits<sizeof(T) * N>(p);
+    return u.vec;
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
+    VecBits<T, N> u;
+    u.vec = v;
+    store_bits<sizeof(T) * N>(p, u.bits);
 }
 
 // Conversions, each rounding once to nearest even (cvt<To>(from)).
@@ -178,7 +228,7 @@ __device__ __forceinline__ void exact_cos_sin(double theta, acc_t& c, acc_t& s) 
 
 }  // namespace ropegen_qwen2_vl
 
-extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
+extern "C" __global__ void __launch_bounds__(64, 16) qwen2_vl_vec(
     const __nv_bfloat16* x_q_rot,
     __nv_bfloat16* y_q_rot,
     long long x_q_rot_sb,
@@ -205,7 +255,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
     int* err)
 {
     using namespace ropegen_qwen2_vl;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     const long long token = gid / 8;
     const int tile = (int)(gid - token * 8);
     if (token >= n_tokens) return;
@@ -215,8 +267,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
     const long long pos1 = (long long)t_positions[1 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     const long long pos2 = (long long)t_positions[2 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 2) {
         // tiles [0, 2), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 8 i, cos/sin columns 0 + 8 i + (0, 1, 2, 3, 4, 5, 6, 7), position stream 0
         const int i = tile - 0;
@@ -237,35 +289,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
             const int hi_h = h_hi < 28 ? h_hi - 0 : 28;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 8> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 8>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 8>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 8> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 8>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 8>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 8> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[4]), cvt<acc_t>(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[5]), cvt<acc_t>(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[6]), cvt<acc_t>(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[7]), cvt<acc_t>(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[4]), cvt<acc_t>(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[5]), cvt<acc_t>(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[6]), cvt<acc_t>(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[7]), cvt<acc_t>(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[4]), cvt<acc_t>(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[5]), cvt<acc_t>(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[6]), cvt<acc_t>(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[7]), cvt<acc_t>(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[4]), cvt<acc_t>(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[5]), cvt<acc_t>(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[6]), cvt<acc_t>(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[7]), cvt<acc_t>(xv[0].v[7]), ac[7], as[7]));
                     store<storage_t, 8>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 8>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -277,35 +326,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 28 : 4;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 8> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 8>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 8>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 8> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 8>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 8>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 8> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[4]), cvt<acc_t>(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[5]), cvt<acc_t>(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[6]), cvt<acc_t>(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[7]), cvt<acc_t>(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[4]), cvt<acc_t>(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[5]), cvt<acc_t>(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[6]), cvt<acc_t>(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[7]), cvt<acc_t>(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[4]), cvt<acc_t>(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[5]), cvt<acc_t>(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[6]), cvt<acc_t>(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[7]), cvt<acc_t>(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[4]), cvt<acc_t>(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[5]), cvt<acc_t>(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[6]), cvt<acc_t>(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[7]), cvt<acc_t>(xv[0].v[7]), ac[7], as[7]));
                     store<storage_t, 8>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 8>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -333,35 +379,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
             const int hi_h = h_hi < 28 ? h_hi - 0 : 28;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 8> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 8>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 8>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 8> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 8>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 8>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 8> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[4]), cvt<acc_t>(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[5]), cvt<acc_t>(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[6]), cvt<acc_t>(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[7]), cvt<acc_t>(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[4]), cvt<acc_t>(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[5]), cvt<acc_t>(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[6]), cvt<acc_t>(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[7]), cvt<acc_t>(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[4]), cvt<acc_t>(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[5]), cvt<acc_t>(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[6]), cvt<acc_t>(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[7]), cvt<acc_t>(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[4]), cvt<acc_t>(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[5]), cvt<acc_t>(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[6]), cvt<acc_t>(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[7]), cvt<acc_t>(xv[0].v[7]), ac[7], as[7]));
                     store<storage_t, 8>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 8>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -373,35 +416,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 28 : 4;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 8> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 8>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 8>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 8> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 8>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 8>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 8> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[4]), cvt<acc_t>(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[5]), cvt<acc_t>(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[6]), cvt<acc_t>(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[7]), cvt<acc_t>(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[4]), cvt<acc_t>(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[5]), cvt<acc_t>(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[6]), cvt<acc_t>(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[7]), cvt<acc_t>(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[4]), cvt<acc_t>(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[5]), cvt<acc_t>(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[6]), cvt<acc_t>(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[7]), cvt<acc_t>(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[4]), cvt<acc_t>(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[5]), cvt<acc_t>(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[6]), cvt<acc_t>(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[7]), cvt<acc_t>(xv[0].v[7]), ac[7], as[7]));
                     store<storage_t, 8>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 8>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -429,35 +469,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
             const int hi_h = h_hi < 28 ? h_hi - 0 : 28;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 8> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 8>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 8>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 8> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 8>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 8>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 8> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[4]), cvt<acc_t>(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[5]), cvt<acc_t>(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[6]), cvt<acc_t>(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[7]), cvt<acc_t>(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[4]), cvt<acc_t>(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[5]), cvt<acc_t>(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[6]), cvt<acc_t>(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[7]), cvt<acc_t>(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[4]), cvt<acc_t>(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[5]), cvt<acc_t>(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[6]), cvt<acc_t>(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[7]), cvt<acc_t>(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[4]), cvt<acc_t>(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[5]), cvt<acc_t>(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[6]), cvt<acc_t>(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[7]), cvt<acc_t>(xv[0].v[7]), ac[7], as[7]));
                     store<storage_t, 8>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 8>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -469,35 +506,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 28 : 4;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 8> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 8>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 8>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 8> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 8>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 8>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 8> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[1]), cvt<acc_t>(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[2]), cvt<acc_t>(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[3]), cvt<acc_t>(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[4]), cvt<acc_t>(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[5]), cvt<acc_t>(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[6]), cvt<acc_t>(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[7]), cvt<acc_t>(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[1]), cvt<acc_t>(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[2]), cvt<acc_t>(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[3]), cvt<acc_t>(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[4]), cvt<acc_t>(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[5]), cvt<acc_t>(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[6]), cvt<acc_t>(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[7]), cvt<acc_t>(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[1]), cvt<acc_t>(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[2]), cvt<acc_t>(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[3]), cvt<acc_t>(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[4]), cvt<acc_t>(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[5]), cvt<acc_t>(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[6]), cvt<acc_t>(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[7]), cvt<acc_t>(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[1]), cvt<acc_t>(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[2]), cvt<acc_t>(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[3]), cvt<acc_t>(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[4]), cvt<acc_t>(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[5]), cvt<acc_t>(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[6]), cvt<acc_t>(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[7]), cvt<acc_t>(xv[0].v[7]), ac[7], as[7]));
                     store<storage_t, 8>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 8>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -508,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_vec(
 }
 
 
-extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
+extern "C" __global__ void __launch_bounds__(64, 16) qwen2_vl_scalar(
     const __nv_bfloat16* x_q_rot,
     __nv_bfloat16* y_q_rot,
     long long x_q_rot_sb,
@@ -539,7 +573,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
     int* err)
 {
     using namespace ropegen_qwen2_vl;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     const long long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -549,8 +585,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
     const long long pos1 = (long long)t_positions[1 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     const long long pos2 = (long long)t_positions[2 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 16) {
         // tiles [0, 16), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -564,21 +600,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
             const int hi_h = h_hi < 28 ? h_hi - 0 : 28;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -590,21 +623,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 28 : 4;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -625,21 +655,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
             const int hi_h = h_hi < 28 ? h_hi - 0 : 28;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -651,21 +678,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 28 : 4;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -686,21 +710,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
             const int hi_h = h_hi < 28 ? h_hi - 0 : 28;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -712,21 +733,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen2_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 28 : 4;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }

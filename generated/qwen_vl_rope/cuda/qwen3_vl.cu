@@ -19,7 +19,8 @@
 //       address aligned to 1 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 1. 64 threads per token.
 //   qwen3_vl_scalar: any strides. 64 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 40 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -36,14 +37,63 @@ struct alignas(sizeof(T) * N) Vec {
     T v[N];
 };
 
+// The bits of a vector of B bytes: 32-bit words, or one narrower word.
+template <int B> struct alignas(B) Bits { unsigned int w[B / 4]; };
+template <> struct alignas(2) Bits<2> { unsigned short w[1]; };
+template <> struct alignas(1) Bits<1> { unsigned char w[1]; };
+
+template <typename T, int N>
+union VecBits {
+    Vec<T, N> vec;
+    Bits<sizeof(T) * N> bits;
+};
+
+// One global access of a vector's bits. NVVM splits the copy of an aggregate (a Vec, even a uint4
+// assembled from 16-bit lanes) into 32-bit or narrower accesses, so 16 and 8 bytes are spelled in PTX:
+// ld/st.global.v4.b32 (128 bits) and .v2.b32 (64 bits), what lower/gpu/launch.py plans and
+// tests/test_cuda_ptx.py finds in the compiled code. Volatile: they stay in program order, so a
+// thread's loads of a head precede its stores (in place) exactly as written.
+template <int B>
+__device__ __forceinline__ Bits<B> load_bits(const void* p) { return *reinterpret_cast<const Bits<B>*>(p); }
+template <int B>
+__device__ __forceinline__ void store_bits(void* p, const Bits<B>& b) { *reinterpret_cast<Bits<B>*>(p) = b; }
+#ifdef __CUDA_ARCH__
+template <>
+__device__ __forceinline__ Bits<16> load_bits<16>(const void* p) {
+    Bits<16> b;
+    asm volatile("ld.global.v4.b32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ Bits<8> load_bits<8>(const void* p) {
+    Bits<8> b;
+    asm volatile("ld.global.v2.b32 { %0, %1 }, [%2];" : "=r"(b.w[0]), "=r"(b.w[1]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ void store_bits<16>(void* p, const Bits<16>& b) {
+    asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]), "r"(b.w[3]) : "memory");
+}
+template <>
+__device__ __forceinline__ void store_bits<8>(void* p, const Bits<8>& b) {
+    asm volatile("st.global.v2.b32 [%0], { %1, %2 };" :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]) : "memory");
+}
+#endif
+
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load(const T* p) {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
+    VecBits<T, N> u;
+    u.bits = load_bits<sizeof(T) * N>(p);
+    return u.vec;
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
+    VecBits<T, N> u;
+    u.vec = v;
+    store_bits<sizeof(T) * N>(p, u.bits);
 }
 
 // Conversions, each rounding once to nearest even (cvt<To>(from)).
@@ -178,7 +228,7 @@ __device__ __forceinline__ void exact_cos_sin(double theta, acc_t& c, acc_t& s) 
 
 }  // namespace ropegen_qwen3_vl
 
-extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
+extern "C" __global__ void __launch_bounds__(64, 16) qwen3_vl_vec(
     const __nv_bfloat16* x_q_rot,
     __nv_bfloat16* y_q_rot,
     long long x_q_rot_sb,
@@ -205,7 +255,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
     int* err)
 {
     using namespace ropegen_qwen3_vl;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     const long long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -215,8 +267,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
     const long long pos1 = (long long)t_positions[1 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     const long long pos2 = (long long)t_positions[2 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 1) {
         // tiles [0, 1), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 0 i, cos/sin columns 0 + 0 i + (0), position stream 0
         const int i = tile - 0;
@@ -230,40 +282,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -275,40 +305,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -329,40 +337,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -374,40 +360,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -428,40 +392,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -473,40 +415,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -527,40 +447,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -572,40 +470,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -626,40 +502,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -671,40 +525,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -725,40 +557,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -770,40 +580,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -824,40 +612,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -869,40 +635,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -923,40 +667,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -968,40 +690,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1022,40 +722,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1067,40 +745,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1121,40 +777,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1166,40 +800,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1220,40 +832,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1265,40 +855,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1319,40 +887,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1364,40 +910,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1418,40 +942,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1463,40 +965,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1517,40 +997,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1562,40 +1020,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1616,40 +1052,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1661,40 +1075,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1715,40 +1107,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1760,40 +1130,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1814,40 +1162,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1859,40 +1185,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1913,40 +1217,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1958,40 +1240,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2012,40 +1272,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2057,40 +1295,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2111,40 +1327,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2156,40 +1350,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2210,40 +1382,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2255,40 +1405,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2309,40 +1437,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2354,40 +1460,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2408,40 +1492,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2453,40 +1515,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2507,40 +1547,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2552,40 +1570,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2606,40 +1602,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2651,40 +1625,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2705,40 +1657,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2750,40 +1680,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2804,40 +1712,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2849,40 +1735,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2903,40 +1767,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2948,40 +1790,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3002,40 +1822,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3047,40 +1845,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3101,40 +1877,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3146,40 +1900,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3200,40 +1932,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3245,40 +1955,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3299,40 +1987,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3344,40 +2010,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3398,40 +2042,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3443,40 +2065,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3497,40 +2097,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3542,40 +2120,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3596,40 +2152,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3641,40 +2175,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3695,40 +2207,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3740,40 +2230,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3794,40 +2262,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3839,40 +2285,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3893,40 +2317,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3938,40 +2340,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3992,40 +2372,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4037,40 +2395,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4091,40 +2427,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4136,40 +2450,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4190,40 +2482,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4235,40 +2505,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4289,40 +2537,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4334,40 +2560,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4388,40 +2592,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4433,40 +2615,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4487,40 +2647,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4532,40 +2670,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4586,40 +2702,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4631,40 +2725,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4685,40 +2757,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4730,40 +2780,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4784,40 +2812,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4829,40 +2835,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4883,40 +2867,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4928,40 +2890,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4982,40 +2922,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5027,40 +2945,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5081,40 +2977,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5126,40 +3000,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5180,40 +3032,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5225,40 +3055,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5279,40 +3087,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5324,40 +3110,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5378,40 +3142,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5423,40 +3165,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5477,40 +3197,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5522,40 +3220,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5576,40 +3252,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5621,40 +3275,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5675,40 +3307,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5720,40 +3330,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5774,40 +3362,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5819,40 +3385,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5873,40 +3417,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5918,40 +3440,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5972,40 +3472,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -6017,40 +3495,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6071,40 +3527,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -6116,40 +3550,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6170,40 +3582,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1, yv[1]);
                 }
@@ -6215,40 +3605,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                Vec<storage_t, 1> xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, 1);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, 1);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
-                    store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
-                    store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, 1);
-                    Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6259,7 +3627,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_vec(
 }
 
 
-extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
+extern "C" __global__ void __launch_bounds__(64, 16) qwen3_vl_scalar(
     const __nv_bfloat16* x_q_rot,
     __nv_bfloat16* y_q_rot,
     long long x_q_rot_sb,
@@ -6290,7 +3658,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
     int* err)
 {
     using namespace ropegen_qwen3_vl;
-    const long long gid = (long long)blockIdx.x * 256 + threadIdx.x;
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long long gid = (long long)blockIdx.x * 64 + threadIdx.x;
+    const int group = (int)blockIdx.y;
     const long long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -6300,8 +3670,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
     const long long pos1 = (long long)t_positions[1 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     const long long pos2 = (long long)t_positions[2 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long long)blockIdx.y * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long long)(blockIdx.y + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 21) {
         // tiles [0, 21), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 3 i, cos/sin columns 0 + 3 i + (0), position stream 0
         const int i = tile - 0;
@@ -6315,21 +3685,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6341,21 +3708,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -6376,21 +3740,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6402,21 +3763,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -6437,21 +3795,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6463,21 +3818,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -6498,21 +3850,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_q_rot_sh, y_q_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store<storage_t, 1>(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6524,21 +3873,18 @@ extern "C" __global__ void __launch_bounds__(256, 4) qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                Vec<storage_t, 1> xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hx = xb + head_offset<1>(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                Vec<storage_t, 1> xv[2];
+                {
+                    const long long hx = xb + head_offset<1>(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load<storage_t, 1>(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load<storage_t, 1>(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long long hy = yb + head_offset<1>(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long long hy = yb + head_offset<1>(hu, y_k_rot_sh, y_k_rot_sd);
                     Vec<storage_t, 1> yv[2];
-                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[u][0].v[0]), cvt<acc_t>(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[u][1].v[0]), cvt<acc_t>(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt<storage_t>(rot_sub(cvt<acc_t>(xv[0].v[0]), cvt<acc_t>(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt<storage_t>(rot_add(cvt<acc_t>(xv[1].v[0]), cvt<acc_t>(xv[0].v[0]), ac[0], as[0]));
                     store<storage_t, 1>(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store<storage_t, 1>(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }

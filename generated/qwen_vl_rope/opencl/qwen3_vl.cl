@@ -19,7 +19,8 @@
 //       address aligned to 1 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 1. 64 threads per token.
 //   qwen3_vl_scalar: any strides. 64 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 40 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -201,7 +202,7 @@ static inline void exact_cos_sin(double theta, acc_t* c, acc_t* s) {
     *s = angle_in(mul_f32(sv, 1.0f));
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void qwen3_vl_vec(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -234,7 +235,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -244,8 +247,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
     const long pos1 = (long)t_positions[1 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     const long pos2 = (long)t_positions[2 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 1) {
         // tiles [0, 1), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 0 i, cos/sin columns 0 + 0 i + (0), position stream 0
         const int i = tile - 0;
@@ -259,40 +262,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -304,40 +285,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -358,40 +317,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -403,40 +340,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -457,40 +372,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -502,40 +395,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -556,40 +427,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -601,40 +450,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -655,40 +482,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -700,40 +505,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -754,40 +537,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -799,40 +560,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -853,40 +592,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -898,40 +615,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -952,40 +647,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -997,40 +670,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1051,40 +702,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1096,40 +725,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1150,40 +757,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1195,40 +780,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1249,40 +812,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1294,40 +835,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1348,40 +867,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1393,40 +890,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1447,40 +922,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1492,40 +945,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1546,40 +977,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1591,40 +1000,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1645,40 +1032,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1690,40 +1055,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1744,40 +1087,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1789,40 +1110,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1843,40 +1142,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1888,40 +1165,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -1942,40 +1197,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -1987,40 +1220,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2041,40 +1252,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2086,40 +1275,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2140,40 +1307,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2185,40 +1330,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2239,40 +1362,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2284,40 +1385,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2338,40 +1417,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2383,40 +1440,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2437,40 +1472,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2482,40 +1495,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2536,40 +1527,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2581,40 +1550,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2635,40 +1582,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2680,40 +1605,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2734,40 +1637,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2779,40 +1660,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2833,40 +1692,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2878,40 +1715,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -2932,40 +1747,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -2977,40 +1770,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3031,40 +1802,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3076,40 +1825,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3130,40 +1857,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3175,40 +1880,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3229,40 +1912,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3274,40 +1935,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3328,40 +1967,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3373,40 +1990,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3427,40 +2022,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3472,40 +2045,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3526,40 +2077,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3571,40 +2100,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3625,40 +2132,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3670,40 +2155,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3724,40 +2187,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3769,40 +2210,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3823,40 +2242,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3868,40 +2265,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -3922,40 +2297,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -3967,40 +2320,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4021,40 +2352,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4066,40 +2375,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4120,40 +2407,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4165,40 +2430,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4219,40 +2462,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4264,40 +2485,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4318,40 +2517,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4363,40 +2540,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4417,40 +2572,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4462,40 +2595,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4516,40 +2627,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4561,40 +2650,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4615,40 +2682,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4660,40 +2705,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4714,40 +2737,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4759,40 +2760,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4813,40 +2792,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4858,40 +2815,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -4912,40 +2847,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -4957,40 +2870,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5011,40 +2902,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5056,40 +2925,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5110,40 +2957,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5155,40 +2980,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5209,40 +3012,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5254,40 +3035,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5308,40 +3067,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5353,40 +3090,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5407,40 +3122,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5452,40 +3145,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5506,40 +3177,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5551,40 +3200,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5605,40 +3232,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5650,40 +3255,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5704,40 +3287,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5749,40 +3310,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5803,40 +3342,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5848,40 +3365,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -5902,40 +3397,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -5947,40 +3420,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6001,40 +3452,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -6046,40 +3475,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6100,40 +3507,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -6145,40 +3530,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6199,40 +3562,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_q_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_q_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1, yv[1]);
                 }
@@ -6244,40 +3585,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu + 2 <= hi_h; hu += 2) {   // 2 heads loaded before any store
-                vec_storage_t_1 xv[2][2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    store_storage_t_1(y_k_rot + hy + off0, yv[0]);
-                    store_storage_t_1(y_k_rot + hy + off1, yv[1]);
-                }
-
-            }
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1);
-                }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
-                    vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1, yv[1]);
                 }
@@ -6287,7 +3606,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_vec(
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void qwen3_vl_scalar(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -6324,7 +3643,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
     __global const long* t_positions = t_positions_base + t_positions_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -6334,8 +3655,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
     const long pos1 = (long)t_positions[1 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     const long pos2 = (long)t_positions[2 * t_positions_sn + b * t_positions_sb + s * t_positions_ss];
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 21) {
         // tiles [0, 21), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 3 i, cos/sin columns 0 + 3 i + (0), position stream 0
         const int i = tile - 0;
@@ -6349,21 +3670,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6375,21 +3693,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -6410,21 +3725,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6436,21 +3748,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -6471,21 +3780,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6497,21 +3803,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
@@ -6532,21 +3835,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -6558,21 +3858,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void qwen3_vl_scalar(
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }

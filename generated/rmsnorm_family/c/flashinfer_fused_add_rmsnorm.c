@@ -255,8 +255,13 @@ static inline rg_stash rg_sum_squares(const uint16_t *x, const uint16_t *r)
         const rg_stash v = rg_s(x[i], r[i]);
         total[i % RG_SUMS] += v * v;
     }
-    for (int w = RG_SUMS / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l) total[l] += total[l + w];
+    /* the tree, one level per loop of a constant width, so that each level is a few vector additions */
+    for (int l = 0; l < 32; ++l) total[l] += total[l + 32];
+    for (int l = 0; l < 16; ++l) total[l] += total[l + 16];
+    for (int l = 0; l < 8; ++l) total[l] += total[l + 8];
+    for (int l = 0; l < 4; ++l) total[l] += total[l + 4];
+    for (int l = 0; l < 2; ++l) total[l] += total[l + 2];
+    for (int l = 0; l < 1; ++l) total[l] += total[l + 1];
     return total[0];
 }
 

@@ -10,15 +10,16 @@
 // Inputs: x: f16[T, 4096], residual: f16[T, 4096], weight: f16[4096] (contiguous).
 // Outputs: y: f16 and h: f16, the shape of x; y may be x's memory and h residual's (in place).
 // Stage one (mean square, reciprocal root, normalize) in float, rounded to f16; the scale
-// multiply in float, stored as f16. One block per row (4096 elements), the sum of
-// squares reduced over the block in float.
+// multiply in float, stored as f16. A row (4096 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
 //   flashinfer_fused_add_rmsnorm_vec: 8-element vectors, block (128, 1, 1). Requires x, residual, y and h addresses
 //       aligned to 8 elements and row strides multiples of 8.
 //   flashinfer_fused_add_rmsnorm_scalar: block (1024, 1, 1).
-// Rows are [4096] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (min(n_rows, 2^31 - 1), 1, 1).
+// Rows are [4096] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -31,14 +32,63 @@ struct alignas(sizeof(T) * N) Vec {
     T v[N];
 };
 
+// The bits of a vector of B bytes: 32-bit words, or one narrower word.
+template <int B> struct alignas(B) Bits { unsigned int w[B / 4]; };
+template <> struct alignas(2) Bits<2> { unsigned short w[1]; };
+template <> struct alignas(1) Bits<1> { unsigned char w[1]; };
+
+template <typename T, int N>
+union VecBits {
+    Vec<T, N> vec;
+    Bits<sizeof(T) * N> bits;
+};
+
+// One global access of a vector's bits. NVVM splits the copy of an aggregate (a Vec, even a uint4
+// assembled from 16-bit lanes) into 32-bit or narrower accesses, so 16 and 8 bytes are spelled in PTX:
+// ld/st.global.v4.b32 (128 bits) and .v2.b32 (64 bits), what lower/gpu/launch.py plans and
+// tests/test_cuda_ptx.py finds in the compiled code. Volatile: they stay in program order, so a
+// thread's loads of a head precede its stores (in place) exactly as written.
+template <int B>
+__device__ __forceinline__ Bits<B> load_bits(const void* p) { return *reinterpret_cast<const Bits<B>*>(p); }
+template <int B>
+__device__ __forceinline__ void store_bits(void* p, const Bits<B>& b) { *reinterpret_cast<Bits<B>*>(p) = b; }
+#ifdef __CUDA_ARCH__
+template <>
+__device__ __forceinline__ Bits<16> load_bits<16>(const void* p) {
+    Bits<16> b;
+    asm volatile("ld.global.v4.b32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(b.w[0]), "=r"(b.w[1]), "=r"(b.w[2]), "=r"(b.w[3]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ Bits<8> load_bits<8>(const void* p) {
+    Bits<8> b;
+    asm volatile("ld.global.v2.b32 { %0, %1 }, [%2];" : "=r"(b.w[0]), "=r"(b.w[1]) : "l"(__cvta_generic_to_global(p)));
+    return b;
+}
+template <>
+__device__ __forceinline__ void store_bits<16>(void* p, const Bits<16>& b) {
+    asm volatile("st.global.v4.b32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]), "r"(b.w[2]), "r"(b.w[3]) : "memory");
+}
+template <>
+__device__ __forceinline__ void store_bits<8>(void* p, const Bits<8>& b) {
+    asm volatile("st.global.v2.b32 [%0], { %1, %2 };" :: "l"(__cvta_generic_to_global(p)), "r"(b.w[0]), "r"(b.w[1]) : "memory");
+}
+#endif
+
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load(const T* p) {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
+    VecBits<T, N> u;
+    u.bits = load_bits<sizeof(T) * N>(p);
+    return u.vec;
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
+    VecBits<T, N> u;
+    u.vec = v;
+    store_bits<sizeof(T) * N>(p, u.bits);
 }
 
 // Conversions, each rounding once to nearest even (cvt<To>(from)).
@@ -74,19 +124,27 @@ __device__ __forceinline__ long long scale_index(long long n) {
     return n;
 }
 
-// Sum over the block: every thread receives the total.
-template <int BLOCK>
+// Sum over the LANES threads of a row: every one of them receives the total. A row within a warp
+// (LANES <= 32, aligned segments of it) sums by shuffles alone; a row of the whole block through
+// one partial sum per warp.
+template <int BLOCK, int LANES>
 __device__ __forceinline__ stash_t block_sum(stash_t v, stash_t* partial) {
+    if constexpr (LANES <= 32) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane < BLOCK / 32 ? partial[lane] : (stash_t)0;
+        for (int o = LANES / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    } else {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();   // partial[] is reused by the next row
-    return v;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane == 0) partial[warp] = v;
+        __syncthreads();
+        v = lane < BLOCK / 32 ? partial[lane] : (stash_t)0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        __syncthreads();   // partial[] is reused by the next row
+        return v;
+    }
 }
 
 // x + r as stage one normalizes it: the sum in stash_t, unrounded.
@@ -119,9 +177,18 @@ extern "C" __global__ void __launch_bounds__(128) flashinfer_fused_add_rmsnorm_v
     using namespace ropegen_flashinfer_fused_add_rmsnorm;
     constexpr int V = 8;             // elements per vector
     constexpr int BLOCK = 128;
+    constexpr int LANES = 128;            // threads of a row
+    constexpr int ROWS = 1;             // rows of a block
     constexpr int NV = 512;           // vectors per row
     __shared__ stash_t partial[4];
-    for (long long row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    const bool scale_whole = (unsigned long long)t_weight % (V * sizeof(scale_t)) == 0;   // scale vectors aligned
+    const int lane = (int)threadIdx.x % LANES;
+    const int seg = (int)threadIdx.x / LANES;
+    for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
+        const long long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         const x_t* rr = t_residual + row * r_row_stride;
@@ -130,8 +197,8 @@ extern "C" __global__ void __launch_bounds__(128) flashinfer_fused_add_rmsnorm_v
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 const Vec<x_t, 8> rv = load<x_t, 8>(rr + (long long)vi * V);
                 const Vec<x_t, 8> xv = load<x_t, 8>(xr + (long long)vi * V);
 #pragma unroll
@@ -141,20 +208,23 @@ extern "C" __global__ void __launch_bounds__(128) flashinfer_fused_add_rmsnorm_v
                 }
             }
         }
-        const stash_t total = block_sum<BLOCK>(sq, partial);
+        const stash_t total = block_sum<BLOCK, LANES>(sq, partial);
         const stash_t mean_square = __fdiv_rn(total, (stash_t)N);
         const stash_t inv_rms = __fdiv_rn((stash_t)1, __fsqrt_rn(__fadd_rn(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
+                Vec<scale_t, 8> wv;
+                if (scale_whole) wv = load<scale_t, 8>(t_weight + (long long)vi * V);
+                else for (int l = 0; l < V; ++l) wv.v[l] = t_weight[(long long)vi * V + l];
                 Vec<y_t, 8> yv;
                 Vec<x_t, 8> hv;
     #pragma unroll
                 for (int l = 0; l < V; ++l) {
                     const stash_t s = sv[it][l];
                     hv.v[l] = cvt<x_t>(s);
-                    yv.v[l] = finish(s, inv_rms, (long long)vi * V + l, t_weight);
+                    yv.v[l] = finish(s, inv_rms, l, wv.v);
                 }
                 store<x_t, 8>(hr + (long long)vi * V, hv);
                 store<y_t, 8>(yr + (long long)vi * V, yv);
@@ -179,9 +249,17 @@ extern "C" __global__ void __launch_bounds__(1024) flashinfer_fused_add_rmsnorm_
     using namespace ropegen_flashinfer_fused_add_rmsnorm;
     constexpr int V = 1;             // elements per vector
     constexpr int BLOCK = 1024;
+    constexpr int LANES = 1024;            // threads of a row
+    constexpr int ROWS = 1;             // rows of a block
     constexpr int NV = 4096;           // vectors per row
     __shared__ stash_t partial[32];
-    for (long long row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    const int lane = (int)threadIdx.x % LANES;
+    const int seg = (int)threadIdx.x / LANES;
+    for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
+        const long long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         const x_t* xr = t_x + row * x_row_stride;
         y_t* yr = t_y + row * y_row_stride;
         const x_t* rr = t_residual + row * r_row_stride;
@@ -190,8 +268,8 @@ extern "C" __global__ void __launch_bounds__(1024) flashinfer_fused_add_rmsnorm_
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 const Vec<x_t, 1> rv = load<x_t, 1>(rr + (long long)vi * V);
                 const Vec<x_t, 1> xv = load<x_t, 1>(xr + (long long)vi * V);
 #pragma unroll
@@ -201,13 +279,13 @@ extern "C" __global__ void __launch_bounds__(1024) flashinfer_fused_add_rmsnorm_
                 }
             }
         }
-        const stash_t total = block_sum<BLOCK>(sq, partial);
+        const stash_t total = block_sum<BLOCK, LANES>(sq, partial);
         const stash_t mean_square = __fdiv_rn(total, (stash_t)N);
         const stash_t inv_rms = __fdiv_rn((stash_t)1, __fsqrt_rn(__fadd_rn(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)threadIdx.x + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 Vec<y_t, 1> yv;
                 Vec<x_t, 1> hv;
     #pragma unroll

@@ -10,15 +10,16 @@
 // Inputs: x: f16[T, 2048], residual: f16[T, 2048], weight: f16[2048] (contiguous).
 // Outputs: y: f16 and h: f16, the shape of x; y may be x's memory and h residual's (in place).
 // Stage one (mean square, reciprocal root, normalize) in float, not rounded; the scale multiply
-// in float, rounded once to f16. One block per row (2048 elements), the sum of
-// squares reduced over the block in float.
+// in float, rounded once to f16. A row (2048 elements) per block or per warp, the sum of
+// squares reduced over the row's threads in float.
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
 //   gemma_fused_add_rmsnorm_vec: 8-element vectors, block (64, 1, 1). Requires x, residual, y and h addresses
 //       aligned to 8 elements and row strides multiples of 8.
 //   gemma_fused_add_rmsnorm_scalar: block (512, 1, 1).
-// Rows are [2048] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (min(n_rows, 2^31 - 1), 1, 1).
+// Rows are [2048] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (ceil(n_rows / rows
+//   per block), 1, 1) or any other (the kernels stride over the rows).
 // OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
 // element offset P_off.
 
@@ -153,9 +154,17 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void gemma_fused_add_rm
 
     const int V = 8;             // elements per vector
     const int BLOCK = 64;
+    const int LANES = 64;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 256;           // vectors per row
     __local stash_t partial[64];
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         __global const x_t* rr = t_residual + row * r_row_stride;
@@ -164,8 +173,8 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void gemma_fused_add_rm
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 const vec_x_t_8 rv = load_x_t_8(rr + (long)vi * V);
                 const vec_x_t_8 xv = load_x_t_8(xr + (long)vi * V);
 #pragma unroll
@@ -180,8 +189,8 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void gemma_fused_add_rm
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_8 yv;
                 vec_x_t_8 hv;
     #pragma unroll
@@ -217,9 +226,17 @@ __kernel __attribute__((reqd_work_group_size(512, 1, 1))) void gemma_fused_add_r
 
     const int V = 1;             // elements per vector
     const int BLOCK = 512;
+    const int LANES = 512;            // threads of a row
+    const int ROWS = 1;             // rows of a block
     const int NV = 2048;           // vectors per row
     __local stash_t partial[512];
-    for (long row = get_group_id(0); row < n_rows; row += get_num_groups(0)) {
+    const int lane = (int)get_local_id(0) % LANES;
+    const int seg = (int)get_local_id(0) / LANES;
+    for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
+        const long row = first + seg;
+        // a row past the last (the last block's) loads and stores nothing, but its lanes still take
+        // part in the sums: every lane of a block runs the same iterations
+        const int row_vectors = row < n_rows ? NV : 0;
         __global const x_t* xr = t_x + row * x_row_stride;
         __global y_t* yr = t_y + row * y_row_stride;
         __global const x_t* rr = t_residual + row * r_row_stride;
@@ -228,8 +245,8 @@ __kernel __attribute__((reqd_work_group_size(512, 1, 1))) void gemma_fused_add_r
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 const vec_x_t_1 rv = load_x_t_1(rr + (long)vi * V);
                 const vec_x_t_1 xv = load_x_t_1(xr + (long)vi * V);
 #pragma unroll
@@ -244,8 +261,8 @@ __kernel __attribute__((reqd_work_group_size(512, 1, 1))) void gemma_fused_add_r
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int vi = (int)get_local_id(0) + it * BLOCK;
-            if (vi < NV) {
+            const int vi = lane + it * LANES;
+            if (vi < row_vectors) {
                 vec_y_t_1 yv;
                 vec_x_t_1 hv;
     #pragma unroll

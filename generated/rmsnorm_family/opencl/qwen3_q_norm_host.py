@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "qwen3_q_norm_vec": (32, (
+    "qwen3_q_norm_vec": (128, (
         ("t_q", "pointer"),
         ("t_weight", "pointer"),
         ("t_q_normed", "pointer"),
@@ -28,7 +28,7 @@ KERNELS = {
         ("x_row_stride", "int64"),
         ("y_row_stride", "int64"),
     )),
-    "qwen3_q_norm_scalar": (32, (
+    "qwen3_q_norm_scalar": (128, (
         ("t_q", "pointer"),
         ("t_weight", "pointer"),
         ("t_q_normed", "pointer"),

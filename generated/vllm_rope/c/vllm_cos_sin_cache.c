@@ -170,6 +170,71 @@ static int rg_isa(void)
 }
 #endif
 
+#if RG_DISPATCH
+/* bf16 runs <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN
+ * becoming sign | 0x7fc0: the same bits as rg_bf16_to_f32 / rg_f32_to_bf16 for every value. */
+#include <immintrin.h>
+/* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs */
+static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
+    else _mm_storeu_si128((__m128i *)(void *)d, v);
+}
+static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
+{
+    rg_put16(d, _mm256_castsi256_si128(v), nt);
+    rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+}
+static inline RG_TARGET_AVX2 void rg_bf16_in_avx2(float *d, const uint16_t *s, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(s + i))), 16)));
+    for (; i < n; ++i) d[i] = rg_bf16_to_f32(s[i]);
+}
+static inline RG_TARGET_AVX2 void rg_bf16_out_avx2(uint16_t *d, const float *s, int n, int nt)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(s + i);
+        const __m256i u = _mm256_castps_si256(v);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i near = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+        const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
+                                             _mm256_set1_epi32(0x7fc0));
+        const __m256i w = _mm256_blendv_epi8(near, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+        /* eight values below 2^16 in 32-bit lanes, packed to 16 bits without saturating */
+        rg_put16(d + i, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), nt);
+    }
+    for (; i < n; ++i) d[i] = rg_f32_to_bf16(s[i]);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_in_avx512(float *d, const uint16_t *s, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(s + i))), 16)));
+    rg_bf16_in_avx2(d + i, s + i, n - i);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float *s, int n, int nt)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(s + i);
+        const __m512i u = _mm512_castps_si512(v);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        const __m512i near = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+        const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
+                                             _mm512_set1_epi32(0x7fc0));
+        const __m512i w = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), near, qnan);
+        rg_put32(d + i, _mm512_cvtepi32_epi16(w), nt);
+    }
+    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+}
+#endif
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -220,6 +285,58 @@ static inline void rg_angles(const float *cos_row, const float *sin_row, rg_c *r
         rg_sin[i] = rg_load_f32_f32(sin_row[i]);
     }
 }
+#if RG_DISPATCH
+
+/* Rotated bf16 runs out, fast: rounded to nearest even in 32-bit lanes, the upper halves of two vectors
+ * gathered into one by a single permutation (AVX2: a pack and a lane swap), and no NaN select; instead
+ * one compare of two vectors at a time notes a NaN, and a run that had one is converted again by
+ * rg_bf16_out_* (the canonical NaN): the same bits as it for every run. With nt, as rg_bf16_out_*. */
+static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
+{
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    __m256 nan = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8);
+        const __m256i u0 = _mm256_castps_si256(v0), u1 = _mm256_castps_si256(v1);
+        const __m256i r0 = _mm256_add_epi32(_mm256_add_epi32(u0, half), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one));
+        const __m256i r1 = _mm256_add_epi32(_mm256_add_epi32(u1, half), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one));
+        /* the packs work within 128-bit lanes: quarters 0 2 1 3 put the sixteen results in order */
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(r0, 16), _mm256_srli_epi32(r1, 16)), 0xd8);
+        if (nt) rg_put32(d + i, w, nt);
+        else _mm256_storeu_si256((__m256i *)(void *)(d + i), w);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan)) i = 0;
+    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int nt)
+{
+    /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
+    static const uint16_t upper[32] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                       33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+    const __m512i idx = _mm512_loadu_si512((const void *)upper);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    __mmask16 nan = 0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+        const __m512i u0 = _mm512_castps_si512(v0), u1 = _mm512_castps_si512(v1);
+        const __m512i r0 = _mm512_add_epi32(_mm512_add_epi32(u0, half), _mm512_and_si512(_mm512_srli_epi32(u0, 16), one));
+        const __m512i r1 = _mm512_add_epi32(_mm512_add_epi32(u1, half), _mm512_and_si512(_mm512_srli_epi32(u1, 16), one));
+        const __m512i w = _mm512_permutex2var_epi16(r0, idx, r1);
+        if (nt) {
+            rg_put32(d + i, _mm512_castsi512_si256(w), nt);
+            rg_put32(d + i + 16, _mm512_extracti64x4_epi64(w, 1), nt);
+        } else {
+            _mm512_storeu_si512((void *)(d + i), w);
+        }
+        nan = (__mmask16)(nan | _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q));
+    }
+    if (nan) i = 0;
+    rg_bf16_out_avx512(d + i, s + i, n - i, nt);
+}
+#endif
 
 /* the arguments of one call, shared by the threads */
 struct rg_args {
@@ -384,25 +501,31 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_xf[128], rg_yf[128];
+                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 128;
-                    uint16_t *rg_y = rg_dst + rg_u * 128;
+                    const float *rg_x = rg_xf + rg_u * 128;
+                    float *rg_y = rg_yf + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(((xb * cb) + (xa * sb)));
+                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
+                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
                     }
+                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -413,25 +536,31 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_xf[128], rg_yf[128];
+                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 128;
-                    uint16_t *rg_y = rg_dst + rg_u * 128;
+                    const float *rg_x = rg_xf + rg_u * 128;
+                    float *rg_y = rg_yf + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(((xb * cb) + (xa * sb)));
+                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
+                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
                     }
+                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }
@@ -481,25 +610,31 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_xf[128], rg_yf[128];
+                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 128;
-                    uint16_t *rg_y = rg_dst + rg_u * 128;
+                    const float *rg_x = rg_xf + rg_u * 128;
+                    float *rg_y = rg_yf + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(((xb * cb) + (xa * sb)));
+                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
+                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
                     }
+                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -510,25 +645,31 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
+                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
+                float rg_xf[128], rg_yf[128];
+                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const uint16_t *rg_x = rg_xh + rg_u * 128;
-                    uint16_t *rg_y = rg_dst + rg_u * 128;
+                    const float *rg_x = rg_xf + rg_u * 128;
+                    float *rg_y = rg_yf + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
+                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
                         const rg_c ca = rg_cos0[0 + 1 * rg_j];
                         const rg_c sa = rg_sin0[0 + 1 * rg_j];
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(((xb * cb) + (xa * sb)));
+                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
+                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
                     }
+                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }

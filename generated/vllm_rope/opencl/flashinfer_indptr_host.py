@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "flashinfer_indptr_vec": (256, (
+    "flashinfer_indptr_vec": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),
@@ -48,7 +48,7 @@ KERNELS = {
         ("head_groups", "int32"),
         ("err", "pointer"),
     )),
-    "flashinfer_indptr_scalar": (256, (
+    "flashinfer_indptr_scalar": (64, (
         ("x_q_rot", "pointer"),
         ("y_q_rot", "pointer"),
         ("x_q_rot_sb", "int64"),

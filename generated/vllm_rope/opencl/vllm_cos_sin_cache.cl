@@ -20,7 +20,8 @@
 //       address aligned to 8 elements, head_dim stride 1, batch / seq / head strides
 //       multiples of 8. 8 threads per token.
 //   vllm_cos_sin_cache_scalar: any strides. 64 threads per token.
-// Launch: block (256, 1, 1); grid (ceil(max(n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 256), head_groups, 1)
+// Launch: block (64, 1, 1); grid (ceil(max(head_groups * n_tokens * THREADS_PER_TOKEN, n_seq, 1) / 64), 1, 1):
+//   one thread per (head group, token, tile) in that order,
 //   with 1 <= head_groups <= 40 (1 is always right; more splits the heads of a token
 //   over several threads when there are few tokens). Strides are in elements; heads are real heads.
 // Errors: the kernels OR into *err: 1 = a position outside the cos/sin table,
@@ -121,7 +122,7 @@ static inline acc_t mul(acc_t a, acc_t b) { return rnd(mul_f32(a, b)); }
 static inline acc_t rot_sub(acc_t x, acc_t xp, acc_t c, acc_t s) { return sub_f32(mul(x, c), mul(xp, s)); }
 static inline acc_t rot_add(acc_t x, acc_t xp, acc_t c, acc_t s) { return add_f32(mul(x, c), mul(xp, s)); }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cache_vec(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void vllm_cos_sin_cache_vec(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -158,7 +159,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
     __global const float* t_cos_sin_cache = t_cos_sin_cache_base + t_cos_sin_cache_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 8;
     const int tile = (int)(gid - token * 8);
     if (token >= n_tokens) return;
@@ -169,8 +172,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
     const long crow0 = pos0 * t_cos_sin_cache_sr;
     const long srow0 = pos0 * t_cos_sin_cache_sr;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 8) {
         // tiles [0, 8), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 8 i, cos/sin columns 0 + 8 i + (0, 1, 2, 3, 4, 5, 6, 7), position stream 0
         const int i = tile - 0;
@@ -199,35 +202,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_q_rot + hx + off0);
-                    xv[u][1] = load_storage_t_8(x_q_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_q_rot + hx + off0);
+                    xv[1] = load_storage_t_8(x_q_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, 1);
                     vec_storage_t_8 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[4]), cvt_bf16_f32(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[5]), cvt_bf16_f32(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[6]), cvt_bf16_f32(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[7]), cvt_bf16_f32(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[1]), cvt_bf16_f32(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[2]), cvt_bf16_f32(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[3]), cvt_bf16_f32(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[4]), cvt_bf16_f32(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[5]), cvt_bf16_f32(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[6]), cvt_bf16_f32(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[7]), cvt_bf16_f32(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[4]), cvt_bf16_f32(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[5]), cvt_bf16_f32(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[6]), cvt_bf16_f32(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[7]), cvt_bf16_f32(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[1]), cvt_bf16_f32(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[2]), cvt_bf16_f32(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[3]), cvt_bf16_f32(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[4]), cvt_bf16_f32(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[5]), cvt_bf16_f32(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[6]), cvt_bf16_f32(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[7]), cvt_bf16_f32(xv[0].v[7]), ac[7], as[7]));
                     store_storage_t_8(y_q_rot + hy + off0, yv[0]);
                     store_storage_t_8(y_q_rot + hy + off1, yv[1]);
                 }
@@ -239,35 +239,32 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_8 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, 1);
-                    xv[u][0] = load_storage_t_8(x_k_rot + hx + off0);
-                    xv[u][1] = load_storage_t_8(x_k_rot + hx + off1);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_8 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, 1);
+                    xv[0] = load_storage_t_8(x_k_rot + hx + off0);
+                    xv[1] = load_storage_t_8(x_k_rot + hx + off1);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, 1);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, 1);
                     vec_storage_t_8 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[1]), cvt_bf16_f32(xv[u][1].v[1]), ac[1], as[1]));
-                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[2]), cvt_bf16_f32(xv[u][1].v[2]), ac[2], as[2]));
-                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[3]), cvt_bf16_f32(xv[u][1].v[3]), ac[3], as[3]));
-                    yv[0].v[4] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[4]), cvt_bf16_f32(xv[u][1].v[4]), ac[4], as[4]));
-                    yv[0].v[5] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[5]), cvt_bf16_f32(xv[u][1].v[5]), ac[5], as[5]));
-                    yv[0].v[6] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[6]), cvt_bf16_f32(xv[u][1].v[6]), ac[6], as[6]));
-                    yv[0].v[7] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[7]), cvt_bf16_f32(xv[u][1].v[7]), ac[7], as[7]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
-                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[1]), cvt_bf16_f32(xv[u][0].v[1]), ac[1], as[1]));
-                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[2]), cvt_bf16_f32(xv[u][0].v[2]), ac[2], as[2]));
-                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[3]), cvt_bf16_f32(xv[u][0].v[3]), ac[3], as[3]));
-                    yv[1].v[4] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[4]), cvt_bf16_f32(xv[u][0].v[4]), ac[4], as[4]));
-                    yv[1].v[5] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[5]), cvt_bf16_f32(xv[u][0].v[5]), ac[5], as[5]));
-                    yv[1].v[6] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[6]), cvt_bf16_f32(xv[u][0].v[6]), ac[6], as[6]));
-                    yv[1].v[7] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[7]), cvt_bf16_f32(xv[u][0].v[7]), ac[7], as[7]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[0].v[1] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[1]), cvt_bf16_f32(xv[1].v[1]), ac[1], as[1]));
+                    yv[0].v[2] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[2]), cvt_bf16_f32(xv[1].v[2]), ac[2], as[2]));
+                    yv[0].v[3] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[3]), cvt_bf16_f32(xv[1].v[3]), ac[3], as[3]));
+                    yv[0].v[4] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[4]), cvt_bf16_f32(xv[1].v[4]), ac[4], as[4]));
+                    yv[0].v[5] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[5]), cvt_bf16_f32(xv[1].v[5]), ac[5], as[5]));
+                    yv[0].v[6] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[6]), cvt_bf16_f32(xv[1].v[6]), ac[6], as[6]));
+                    yv[0].v[7] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[7]), cvt_bf16_f32(xv[1].v[7]), ac[7], as[7]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
+                    yv[1].v[1] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[1]), cvt_bf16_f32(xv[0].v[1]), ac[1], as[1]));
+                    yv[1].v[2] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[2]), cvt_bf16_f32(xv[0].v[2]), ac[2], as[2]));
+                    yv[1].v[3] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[3]), cvt_bf16_f32(xv[0].v[3]), ac[3], as[3]));
+                    yv[1].v[4] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[4]), cvt_bf16_f32(xv[0].v[4]), ac[4], as[4]));
+                    yv[1].v[5] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[5]), cvt_bf16_f32(xv[0].v[5]), ac[5], as[5]));
+                    yv[1].v[6] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[6]), cvt_bf16_f32(xv[0].v[6]), ac[6], as[6]));
+                    yv[1].v[7] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[7]), cvt_bf16_f32(xv[0].v[7]), ac[7], as[7]));
                     store_storage_t_8(y_k_rot + hy + off0, yv[0]);
                     store_storage_t_8(y_k_rot + hy + off1, yv[1]);
                 }
@@ -277,7 +274,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cache_scalar(
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void vllm_cos_sin_cache_scalar(
     __global const ushort* x_q_rot_base, long x_q_rot_off,
     __global ushort* y_q_rot_base, long y_q_rot_off,
     long x_q_rot_sb,
@@ -318,7 +315,9 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
     __global const float* t_cos_sin_cache = t_cos_sin_cache_base + t_cos_sin_cache_off;
     __global int* err = err_base + err_off;
 
-    const long gid = (long)get_group_id(0) * 256 + get_local_id(0);
+    // x: one thread per (token, tile) of the token-tiles; y: the head group (lower/gpu/launch.py rope_launch)
+    const long gid = (long)get_group_id(0) * 64 + get_local_id(0);
+    const int group = (int)get_group_id(1);
     const long token = gid / 64;
     const int tile = (int)(gid - token * 64);
     if (token >= n_tokens) return;
@@ -329,8 +328,8 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
     const long crow0 = pos0 * t_cos_sin_cache_sr;
     const long srow0 = pos0 * t_cos_sin_cache_sr;
     // head units h_lo..h_hi-1 of the global numbering (all streams in order) belong to this thread
-    const int h_lo = (int)(((long)get_group_id(1) * TOTAL_HEADS) / head_groups);
-    const int h_hi = (int)(((long)(get_group_id(1) + 1) * TOTAL_HEADS) / head_groups);
+    const int h_lo = (int)(((long)group * TOTAL_HEADS) / head_groups);
+    const int h_hi = (int)(((long)(group + 1) * TOTAL_HEADS) / head_groups);
     if (tile < 64) {
         // tiles [0, 64), i = tile - 0: 2 vector(s) at unit offsets (0, 64) + 1 i, cos/sin columns 0 + 1 i + (0), position stream 0
         const int i = tile - 0;
@@ -345,21 +344,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
             const int hi_h = h_hi < 32 ? h_hi - 0 : 32;
             const long xb = b * x_q_rot_sb + s * x_q_rot_ss;
             const long yb = b * y_q_rot_sb + s * y_q_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_q_rot_sh, x_q_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_q_rot_sh, x_q_rot_sd);
+                    xv[0] = load_storage_t_1(x_q_rot + hx + off0 * x_q_rot_sd);
+                    xv[1] = load_storage_t_1(x_q_rot + hx + off1 * x_q_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_q_rot_sh, y_q_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_q_rot_sh, y_q_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_q_rot + hy + off0 * y_q_rot_sd, yv[0]);
                     store_storage_t_1(y_q_rot + hy + off1 * y_q_rot_sd, yv[1]);
                 }
@@ -371,21 +367,18 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void vllm_cos_sin_cach
             const int hi_h = h_hi < 40 ? h_hi - 32 : 8;
             const long xb = b * x_k_rot_sb + s * x_k_rot_ss;
             const long yb = b * y_k_rot_sb + s * y_k_rot_ss;
-            int hu = lo_h;
-            for (; hu < hi_h; ++hu) {
-                vec_storage_t_1 xv[1][2];
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hx = xb + head_offset_1(hu + u, x_k_rot_sh, x_k_rot_sd);
-                    xv[u][0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
-                    xv[u][1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
+            for (int hu = lo_h; hu < hi_h; ++hu) {
+                vec_storage_t_1 xv[2];
+                {
+                    const long hx = xb + head_offset_1(hu, x_k_rot_sh, x_k_rot_sd);
+                    xv[0] = load_storage_t_1(x_k_rot + hx + off0 * x_k_rot_sd);
+                    xv[1] = load_storage_t_1(x_k_rot + hx + off1 * x_k_rot_sd);
                 }
-#pragma unroll
-                for (int u = 0; u < 1; ++u) {
-                    const long hy = yb + head_offset_1(hu + u, y_k_rot_sh, y_k_rot_sd);
+                {
+                    const long hy = yb + head_offset_1(hu, y_k_rot_sh, y_k_rot_sd);
                     vec_storage_t_1 yv[2];
-                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[u][0].v[0]), cvt_bf16_f32(xv[u][1].v[0]), ac[0], as[0]));
-                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[u][1].v[0]), cvt_bf16_f32(xv[u][0].v[0]), ac[0], as[0]));
+                    yv[0].v[0] = cvt_f32_bf16(rot_sub(cvt_bf16_f32(xv[0].v[0]), cvt_bf16_f32(xv[1].v[0]), ac[0], as[0]));
+                    yv[1].v[0] = cvt_f32_bf16(rot_add(cvt_bf16_f32(xv[1].v[0]), cvt_bf16_f32(xv[0].v[0]), ac[0], as[0]));
                     store_storage_t_1(y_k_rot + hy + off0 * y_k_rot_sd, yv[0]);
                     store_storage_t_1(y_k_rot + hy + off1 * y_k_rot_sd, yv[1]);
                 }
