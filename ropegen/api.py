@@ -10,7 +10,8 @@ import numpy as np
 
 from ropegen import backends, ir
 from ropegen.spec.sema import check
-from ropegen.spec.diagnostics import SpecError, SpecWarning
+from ropegen.runtime.arrays import host_arguments
+from ropegen.spec.diagnostics import SpecError, SpecWarning, did_you_mean
 from ropegen.spec.parse import parse
 from ropegen.ops.plan import Plan, plan_operator
 
@@ -23,6 +24,7 @@ class Operator:
         self.spec = spec
         self.plan: Plan = plan_operator(op, spec.sha256)
         self._kernels: dict[str, object] = {}
+        self._options: dict[str, frozenset[str]] = {}    # per backend: the option words run() takes
         self.sources = _Sources(self)
 
     @property
@@ -51,10 +53,21 @@ class Operator:
         return self._kernels[backend]
 
     def run(self, *arrays, backend: str = "numpy", **options):
-        """Run on arrays given in declaration order; one output is returned bare, several as a tuple."""
-        if len(arrays) != len(self.ir.inputs):
-            raise ValueError(f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
-                             f"got {len(arrays)}")
+        """Run on arrays given in declaration order and/or by input name (`op.run(q, k, positions=p)`);
+        one output is returned bare, several as a tuple. NumPy arrays, or on the CPU backends PyTorch
+        CPU tensors and other DLPack host arrays, read in place (results as PyTorch tensors when any
+        argument was one, NumPy arrays for other producers). A keyword that names an input is that
+        input; the others are the backend's options (`backends.get(name).run_options`, and check)."""
+        if options:
+            known = self._options.get(backend)
+            if known is None:   # a keyword that names an input is that input
+                known = self._options[backend] = (_backend(backend).run_options | {"check"}) - set(self.inputs)
+            if not known.issuperset(options):
+                arrays, options = self._arguments(arrays, options, backend, known)
+            elif len(arrays) != len(self.ir.inputs):
+                raise self._count_error(len(arrays))
+        elif len(arrays) != len(self.ir.inputs):
+            raise self._count_error(len(arrays))
         kernel = self._kernels.get(backend)
         if kernel is None:
             kernel = self.kernel(backend)
@@ -63,27 +76,65 @@ class Operator:
 
     __call__ = run
 
-    def bind(self, *arrays, backend: str = "c", threads: int | None = None, out=None, inplace: bool = False):
+    def bind(self, *arrays, backend: str = "c", **options):
         """A call validated once, for callers who run the same shapes in a loop (decode).
 
-        Checks the arrays and options as run() does and returns a callable: `bound()` runs the kernel
+        Takes the arrays as run() does (in order and/or by input name) and the options threads, out
+        and inplace; checks them as run() does and returns a callable: `bound()` runs the kernel
         on the bound arrays again (new outputs each call unless out= or inplace=True was bound);
         `bound(*arrays)` (and `out=` when bound with out=) runs it on new arrays of the same signature,
         i.e. the same dtype, shape and strides, alignment and, for outputs written over the caller's
         arrays, no overlap, checked cheaply per call; any other change is a ValueError saying to bind
         again. Positions and sequence lengths are still checked on every call. One output is returned
-        bare, several as a tuple. The C backend binds its ctypes arguments once; other backends check
-        the signature and then make the whole run() call (which checks everything, from the first call).
+        bare, several as a tuple. The C backend binds its ctypes arguments once (on NumPy views of
+        PyTorch / DLPack host arrays, converted again per call); other backends check the signature
+        and then make the whole run() call (which checks everything, from the first call).
         """
-        if len(arrays) != len(self.ir.inputs):
-            raise ValueError(f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
-                             f"got {len(arrays)}")
+        arrays, options = self._arguments(arrays, options, backend, frozenset({"threads", "out", "inplace"}))
         kernel = self.kernel(backend)
+        threads, out, inplace = options.get("threads"), options.get("out"), bool(options.get("inplace"))
         if hasattr(kernel, "bound_call"):
+            other = host_arguments(self.inputs, arrays, out, backend)
+            if other is not None:
+                bound = kernel.bound_call(*other.arrays, threads=threads, out=other.out, inplace=inplace)
+                return _HostBound(bound, other, self.inputs, backend)
             return kernel.bound_call(*arrays, threads=threads, out=out, inplace=inplace, bare=True)
         given = {"threads": threads, "out": out, "inplace": inplace or None}   # only what was given
         options = {k: v for k, v in given.items() if v is not None}
         return _RunBound(self, backend, arrays, options)
+
+    def _count_error(self, got: int) -> ValueError:
+        return ValueError(f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(self.inputs)}), got {got}")
+
+    def _arguments(self, arrays: tuple, options: dict, backend: str, known: frozenset) -> tuple[tuple, dict]:
+        """(the inputs in declaration order, the options) from a call's positional and keyword
+        arguments; a ValueError for an unknown keyword (with a did-you-mean), an input given twice or
+        missing."""
+        names = self.inputs
+        named, rest = {}, {}
+        for key, value in options.items():
+            if key in names:
+                named[key] = value
+            elif key in known:
+                rest[key] = value
+            else:
+                hint = did_you_mean(key, names + tuple(known)) or ""
+                raise ValueError(f"{self.name}: unknown argument {key!r}: no input of that name, and the {backend} "
+                                 f"backend takes no option {key!r}; {hint + ' ' if hint else ''}inputs: "
+                                 f"{', '.join(names)}; options: {', '.join(sorted(known))}")
+        if len(arrays) > len(names) or (not named and len(arrays) != len(names)):
+            raise self._count_error(len(arrays) + len(named))
+        if not named:
+            return arrays, rest
+        twice = [(i, n) for i, n in enumerate(names[:len(arrays)]) if n in named]
+        if twice:
+            i, n = twice[0]
+            raise ValueError(f"{self.name}: input {n!r} given twice: as argument {i + 1} and by name")
+        missing = [n for n in names[len(arrays):] if n not in named]
+        if missing:
+            raise ValueError(f"{self.name}: missing input{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(map(repr, missing))} (inputs: {', '.join(names)})")
+        return arrays + tuple(named[n] for n in names[len(arrays):]), rest
 
     def run_all(self, *arrays, backend: str = "numpy", **options) -> tuple[np.ndarray, ...]:
         """Like run(), but always a tuple."""
@@ -115,9 +166,29 @@ class _RunBound:
         return self.op.run(*(arrays or self.arrays), backend=self.backend, **options)
 
 
+class _HostBound:
+    """Operator.bind's bound call of a kernel over NumPy views of PyTorch / DLPack host arrays
+    (runtime/arrays.py): each call's arrays viewed again, its results in the caller's types."""
+
+    def __init__(self, bound, host, names: tuple, backend: str):
+        self.bound, self.host, self.names, self.backend = bound, host, names, backend
+
+    def __call__(self, *arrays, out=None):
+        if arrays or out is not None:
+            other = host_arguments(self.names, arrays, out, self.backend)
+            outs = self.bound(*arrays, out=out) if other is None else \
+                other.returned(self.bound(*other.arrays, out=other.out))
+        else:
+            outs = self.host.returned(self.bound())
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
 def _sig(a) -> tuple:
     a = a if hasattr(a, "dtype") and hasattr(a, "shape") else np.asarray(a)
-    return (str(a.dtype), tuple(a.shape), tuple(getattr(a, "strides", None) or ()))
+    strides, dtype = getattr(a, "strides", None), str(a.dtype)
+    if strides is None and callable(getattr(a, "stride", None)):     # a PyTorch tensor: as NumPy says it
+        strides, dtype = tuple(s * a.element_size() for s in a.stride()), dtype.removeprefix("torch.")
+    return (dtype, tuple(a.shape), tuple(strides or ()))
 
 
 class _Sources:

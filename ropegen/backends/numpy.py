@@ -1,9 +1,11 @@
 """The NumPy backend: a self-contained, vectorised Python module per operator (templates/numpy spell
-the code; the context below hands them plain values)."""
+the code; the context below hands them plain values), loaded behind the CPU backends' calling
+convention (NumpyKernel)."""
 from __future__ import annotations
 
 import keyword
 import types
+from dataclasses import replace
 
 import numpy as np
 
@@ -12,6 +14,9 @@ from ropegen.ops.rope import forms
 from ropegen.backends.base import Backend, Kernel
 from ropegen.lower.strides import token_dims
 from ropegen.ops.rope.frequency_rows import FrequencyRows, frequency_rows
+from ropegen.runtime.arrays import host_arguments
+from ropegen.runtime.host import Convention
+from ropegen.runtime.numpy_host import CPU_RULES, HOST
 
 # A step's operands (all rotated streams of a block of tokens, plus temporaries) should stay in a
 # typical L2: measured best at about 320 KiB of input per step on 4096 x 40 x 128 f32.
@@ -106,6 +111,7 @@ class NumpyBackend(Backend):
     folder = "numpy"
     comment = "#"
     reserved = frozenset(keyword.kwlist) | {"np", "check"}   # the module's own names
+    run_options = frozenset({"check", "threads", "out", "inplace"})
 
     def sources(self, plan: Plan, spec_file: str) -> dict[str, str]:
         return {f"{plan.name}.py": self.render_file(plan, "py", spec_file, **CONTEXTS[plan.kind](plan))}
@@ -116,9 +122,41 @@ class NumpyBackend(Backend):
         code = compile(sources[name], f"<ropegen numpy {name}>", "exec")
         exec(code, module.__dict__)
         rows = frequency_rows(plan)
-        if rows is None:
-            return module.run
-        return _with_frequency_rows(module.run, plan, rows)
+        return NumpyKernel(plan, module.run if rows is None else _with_frequency_rows(module.run, plan, rows))
+
+
+# The C backend's layout rules (runtime/numpy_host.py), so that out= and inplace= are taken and refused
+# alike on both CPU backends; threads= is checked as there and ignored (NumPy runs on one thread).
+RULES = replace(CPU_RULES, threads=lambda: 1)
+
+
+class NumpyKernel:
+    """The generated module's run behind the CPU backends' calling convention: NumPy arrays, or
+    PyTorch CPU tensors and other DLPack host arrays through NumPy views of their memory (results as
+    PyTorch tensors when any argument was one); options check, threads, out, inplace. With out= or
+    inplace=True the call is first bound as the C backend binds it (runtime/host.py: the same checks
+    and messages, aliasing included); the module then computes every output before any is copied
+    into the caller's arrays, so in place reads no value it has already written."""
+
+    def __init__(self, plan: Plan, run):
+        self.plan, self.run = plan, run
+        self.names = [t.name for t in plan.inputs]
+        self.convention = Convention(plan, RULES)
+
+    def __call__(self, *arrays, check: bool = True, threads: int | None = None, out=None,
+                 inplace: bool = False) -> tuple:
+        other = host_arguments(self.names, arrays, out, NumpyBackend.name)
+        if other is not None:
+            return other.returned(self(*other.arrays, check=check, threads=threads, out=other.out, inplace=inplace))
+        if threads is None and out is None and not inplace:
+            return self.run(*arrays, check=check)
+        call = self.convention.bind(HOST, arrays, threads=threads, out=out, inplace=inplace)
+        results = self.run(*arrays, check=check)
+        if out is None and not inplace:
+            return results
+        for y, r in zip(call.outputs.values(), results):
+            np.copyto(y.array, r)
+        return call.returned()
 
 
 def _with_frequency_rows(run, plan: RopePlan, rows: FrequencyRows):

@@ -1,5 +1,6 @@
-"""NumPy arrays on the host calling convention (runtime/host.py): the host Memory, and a kernel's
-parameter values straight from NumPy arguments that need nothing but reading.
+"""NumPy arrays on the host calling convention (runtime/host.py): the CPU backends' layout rules, the
+host Memory, and a kernel's parameter values straight from NumPy arguments that need nothing but reading.
+(Other libraries' host arrays reach it as NumPy views of their memory: runtime/arrays.host_arguments.)
 
 `HostCall(convention, params)` works out once per loaded kernel where each parameter's value comes
 from, and remembers per signature (the shapes and strides of the arguments, and where the outputs
@@ -22,7 +23,13 @@ import numpy as np
 from ropegen.ir.dtypes import DTYPES, DType
 from ropegen.lower.strides import apply, element_strides
 from ropegen.runtime import aliasing
-from ropegen.runtime.host import DENSE, ROTATED, SCALAR, Convention
+from ropegen.runtime.host import DENSE, ROTATED, SCALAR, Convention, Rules
+
+# The layout rules of the CPU backends, so that they take and refuse the same calls: the generated C
+# reads rotated tensors in place when head_dim has stride 1, every other input and rmsnorm's output
+# densely, and takes rank-0 integers by value; the NumPy backend's out= and inplace= keep the same
+# rules (each target adds its own default thread count).
+CPU_RULES = Rules(unit_head_dim=True, dense_inputs=True, dense_outputs=True, scalars=True)
 
 # numpy dtype -> ropegen dtype name (a byte-swapped or unknown dtype has none)
 _NAMES = {d.np_dtype: d.name for d in DTYPES.values()}

@@ -5,7 +5,7 @@ one signature), whose ctypes arguments are built once."""
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -16,7 +16,8 @@ from ropegen.lower import status
 from ropegen.lower.status import Status
 from ropegen.ops.rope.frequency_rows import frequency_rows
 from ropegen.runtime import host
-from ropegen.runtime.numpy_host import ALLOCATED, HOST, IN_PLACE, HostCall, address, pointer_arg
+from ropegen.runtime.arrays import host_arguments
+from ropegen.runtime.numpy_host import ALLOCATED, CPU_RULES, HOST, IN_PLACE, HostCall, address, pointer_arg
 
 if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
     from ropegen.ops.plan import Plan
@@ -25,10 +26,8 @@ if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
 OK, EPOSITION, ESEQUENCES, EARG, ENOMEM, EOVERFLOW = (Status.OK, Status.EPOSITION, Status.ESEQUENCES,
                                                       Status.EARG, Status.ENOMEM, Status.EOVERFLOW)
 
-# The generated C reads rotated tensors in place when head_dim has stride 1, every other input and
-# rmsnorm's output densely, takes rank-0 integers by value and runs on OpenMP threads.
-RULES = host.Rules(unit_head_dim=True, dense_inputs=True, dense_outputs=True, scalars=True,
-                   threads=cbuild.default_threads)
+# The host kernels' layout rules (runtime/numpy_host.py), on OpenMP threads.
+RULES = replace(CPU_RULES, threads=cbuild.default_threads)
 
 
 @dataclass
@@ -45,10 +44,11 @@ class Bound:
 class CKernel:
     """A loaded C kernel behind the Python calling convention of every backend.
 
-    Call with the operator's inputs in declaration order; options: threads (default: the cores
-    available), out (preallocated output arrays, in output order), inplace (rope: write each output
-    over its source and return the sources), check (accepted for compatibility with the NumPy
-    backend; the C code always checks positions and sequence lengths).
+    Call with the operator's inputs in declaration order (NumPy arrays; PyTorch CPU tensors and other
+    DLPack host arrays are read through NumPy views of their memory, runtime/arrays.py); options:
+    threads (default: the cores available), out (preallocated output arrays, in output order), inplace
+    (rope: write each output over its source and return the sources), check (accepted for
+    compatibility with the NumPy backend; the C code always checks positions and sequence lengths).
     """
 
     def __init__(self, plan: Plan, func: Callable | None, params: list[CParam]):
@@ -84,6 +84,10 @@ class CKernel:
         found = self.fast.resolve(arrays, threads, out, inplace)
         fast = None if found is None else self.fast.values(*found)
         if fast is None:
+            other = host_arguments(self._names, arrays, out, "c")
+            if other is not None:   # PyTorch / DLPack arrays: the call on NumPy views of their memory
+                outs = self(*other.arrays, threads=threads, out=other.out, inplace=inplace, check=check)
+                return other.returned(outs)
             b = self._bind(arrays, threads, out, inplace)
             code = self.func(*b.values)
             if code:
