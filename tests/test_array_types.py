@@ -333,3 +333,22 @@ def test_opencl_uploads_dlpack_host_producers(dt):
     ps = [_produce(a.copy()) for a in args]
     op.run_all(*ps, backend="opencl", inplace=True)       # written back through the producer's memory
     assert _same([_memory(ps[0]), _memory(ps[1])], want)
+
+
+@pytest.mark.parametrize("word", ["out", "inplace", "threads", "stream", "check", "backend"])
+def test_a_call_keyword_cannot_name_a_tensor(word):
+    """Inputs may be passed by name, so a tensor named like a keyword of the call would be ambiguous:
+    the spec checker refuses it (C036) instead of letting the keyword shadow the option."""
+    from ropegen.spec.diagnostics import SpecError
+    spec = f"""rope r {{
+    in {word}: f32[tokens=T, heads=2, head_dim=8]
+    in positions: i64[T]
+    out y = rotate({word})
+    pairing = neox
+    positions = positions
+    angles = computed(base = 10000)
+}}
+"""
+    with pytest.raises(SpecError) as err:
+        ropegen.compile(spec)
+    assert [d.code for d in err.value.diagnostics] == ["C036"]

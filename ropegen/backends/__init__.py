@@ -14,9 +14,15 @@ def names() -> tuple[str, ...]:
     return tuple(b.name for b in BACKENDS)
 
 
+# the keywords of the Python call (`op.run(q, k, backend=..., out=...)`): an input may be passed by
+# name, so a tensor named like one would be ambiguous
+CALL_WORDS = frozenset({"backend", "check"})
+
+
 def reserved_words() -> frozenset[str]:
-    """Identifiers the spec checker refuses for tensor names: the union of every target's own."""
-    return frozenset().union(*(b.reserved for b in BACKENDS))
+    """Identifiers the spec checker refuses for tensor names: the union of every target's own, and
+    the keywords of the Python call (every target's run options)."""
+    return frozenset().union(CALL_WORDS, *(b.reserved | b.run_options for b in BACKENDS))
 
 
 def get(name: str) -> Backend:
