@@ -313,7 +313,8 @@ class _Stream:
 def cuda_launches(monkeypatch):
     launches = []
     cp = types.ModuleType("cupy")
-    cp.cuda = types.SimpleNamespace(get_current_stream=_Stream, Device=lambda *a: types.SimpleNamespace(id=0))
+    cp.cuda = types.SimpleNamespace(get_current_stream=_Stream, Device=lambda *a: types.SimpleNamespace(id=0),
+                                    runtime=types.SimpleNamespace(getDevice=lambda: 0))
     cp.zeros = lambda shape, dtype: _DevArray(np.zeros(shape, dtype))
     cp.empty = lambda shape, dtype: _DevArray(np.empty(shape, dtype))
     monkeypatch.setitem(sys.modules, "cupy", cp)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import ropegen
-from ropegen import backends, cli
+from ropegen import backends, cli, extras
 from ropegen import crosscheck as checker
 from ropegen.crosscheck import NOT_RUN, RAN, Report, Row
 from ropegen.ops.explain import facts, number
@@ -321,18 +321,18 @@ def test_extra_is_found_from_the_distribution_metadata(monkeypatch):
     monkeypatch.setattr(metadata, "requires", lambda dist: [
         "numpy>=1.24", 'onnx>=1.18; extra == "test"', 'onnx>=1.18; extra == "onnx"', 'pytest; extra == "test"',
         'cupy-cuda12x; extra == "gpu"', 'ggml-python>=0.0.45; extra == "bench"', 'onnxruntime; extra == "bench"'])
-    assert cli._extra_for("onnx") == "onnx"          # the smallest extra that brings it
-    assert cli._extra_for("cupy") == "gpu" and cli._extra_for("ggml") == "bench"
-    assert cli._extra_for("onnxruntime") == "bench" and cli._extra_for("numpy") is None
-    assert cli._install_hint("onnx").endswith("install the onnx extra: pip install 'ropegen[onnx]'")
-    assert cli._install_hint("nothere").endswith("pip install nothere")
+    assert extras.extra_for("onnx") == "onnx"          # the smallest extra that brings it
+    assert extras.extra_for("cupy") == "gpu" and extras.extra_for("ggml") == "bench"
+    assert extras.extra_for("onnxruntime") == "bench" and extras.extra_for("numpy") is None
+    assert extras.install_hint("onnx").endswith("install the onnx extra: pip install 'ropegen[onnx]'")
+    assert extras.install_hint("nothere").endswith("pip install nothere")
 
 
 def test_a_backend_without_its_package_names_the_extra(monkeypatch, capsys):
     gpu = backends.BACKENDS[-1]
     monkeypatch.setattr(type(gpu), "unavailable",
                         lambda self: "X is not importable (ModuleNotFoundError: No module named 'cupy'); pip install x")
-    monkeypatch.setattr(cli, "_extra_for", lambda module: {"cupy": "gpux"}.get(module))
+    monkeypatch.setattr(extras, "extra_for", lambda module: {"cupy": "gpux"}.get(module))
     for argv in (["bench", "--suite", "llama3", "--backend", gpu.name], ["check", str(LLAMA), "--backend", gpu.name]):
         assert cli.main(argv) == 2
         line = _one_line_error(capsys.readouterr().err)
@@ -352,7 +352,7 @@ def test_import_onnx_without_onnx_names_the_extra(monkeypatch, tmp_path, capsys)
     monkeypatch.setitem(sys.modules, "onnx", None)      # `import onnx` fails as when it is not installed
     assert cli.main(["import-onnx", str(model), "-o", str(tmp_path / "out")]) == 2
     line = _one_line_error(capsys.readouterr().err)
-    extra = cli._extra_for("onnx")
+    extra = extras.extra_for("onnx")
     assert "the 'onnx' package is not installed" in line
     assert line.endswith(f"pip install 'ropegen[{extra}]'" if extra else "pip install onnx")
 
@@ -364,7 +364,7 @@ def test_import_gguf_without_gguf_names_the_package(monkeypatch, tmp_path, capsy
     monkeypatch.setitem(sys.modules, "gguf", None)
     assert cli.main(["import-gguf", str(model), "-o", str(tmp_path / "out")]) == 2
     line = _one_line_error(capsys.readouterr().err)
-    extra = cli._extra_for("gguf")
+    extra = extras.extra_for("gguf")
     assert "the 'gguf' package is not installed" in line
     assert line.endswith(f"pip install 'ropegen[{extra}]'" if extra else "pip install gguf")
 
@@ -441,7 +441,7 @@ def test_bench_json_uses_the_targets_document_hook(tmp_path, monkeypatch):
 
     import ropegen.bench.harness as harness
     import ropegen.bench.targets as targets
-    from ropegen import cli
+    from ropegen import cli, extras
     rows = [{"impl": "ropegen c", "ms": 1.0}]
     monkeypatch.setattr(harness, "measure", lambda ops, **kw: (rows, "table"))
     hook = types.SimpleNamespace(json_document=lambda results, command: {"command": command, "rows": results})

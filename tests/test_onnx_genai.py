@@ -269,7 +269,8 @@ def test_decoder_layer_end_to_end(dtype, backend, tmp_path):
 def test_contrib_outputs_get_shapes_from_onnxruntime_inference(tmp_path):
     # onnx's shape inference skips com.microsoft ops and ORT's SimplifiedLayerNormalization, so without
     # value_info the projections' shapes come from ONNX Runtime's symbolic shape inference
-    pytest.importorskip("onnxruntime", reason="onnxruntime (the `bench` extra) is not installed")
+    pytest.importorskip("onnxruntime", reason="onnxruntime (the `onnx` extra) is not installed")
+    pytest.importorskip("sympy", reason="sympy (the `onnx` extra), which onnxruntime's shape inference needs, is not installed")
     model, *_ = _layer_model(TensorProto.FLOAT16, np.float16, np.random.default_rng(4))
     del model.graph.value_info[:]
     paths = ro.import_model(model, tmp_path)
