@@ -284,6 +284,69 @@ def test_rmsnorm_in_place_is_a_clear_value_error(queue):
         op.run(*_to_device(queue, [arrays[n] for n in op.inputs]), backend="opencl", inplace=True)
 
 
+# Short rows (per-head norms): LANES work-items a row, ROWS rows a work-group, each row's sum over
+# its own aligned segment. 15 and 9 rows leave the last group partly past the last row.
+SHORT_ROWS = """
+rmsnorm head_norm { in x: bf16[T, 128] in w: bf16[128] out y epsilon = 1e-6 }
+rmsnorm add_norm {
+    in x: f16[T, 96] in residual: f16[T, 96] in w: f32[96] out y out h
+    residual = residual epsilon = 1e-5
+}
+"""
+
+
+def _launch_spy(monkeypatch):
+    """(kernel name, groups, group size) of every launch by an operator loaded from now on."""
+    seen = []
+    wrap = clb._launcher
+
+    def launcher(loader, source):
+        launch = wrap(loader, source)
+
+        def spy(mem, k, shape, values):
+            seen.append((k.name, shape.grid[0], shape.block[0]))
+            return launch(mem, k, shape, values)
+        return spy
+    monkeypatch.setattr(clb, "_launcher", launcher)
+    return seen
+
+
+@device
+@pytest.mark.parametrize("name", ["head_norm", "add_norm"])
+@pytest.mark.parametrize("rows", [15, 9])
+def test_short_rows_run_several_rows_per_work_group(name, rows, queue, monkeypatch):
+    # was one row per work-group of k.block items (the shared body's default): 16 of 128 busy
+    op = ropegen.compile(SHORT_ROWS)[name]
+    c = clb.OpenCLBackend().config(op.plan)
+    text = op.sources["opencl"][f"{name}.cl"]
+    for k in (c.vec, c.scalar):
+        assert k.rows > 1 and k.lanes * k.rows == k.block, k
+        kernel = text[text.index(f" void {k.name}("):]
+        assert re.search(rf"const int LANES = {k.lanes};.*\n.*const int ROWS = {k.rows};", kernel), k.name
+    seen = _launch_spy(monkeypatch)
+    rng = np.random.default_rng(rows)
+    dt = op.plan.x.np_dtype
+    n = op.plan.norm_size
+    # rows 2**-7 .. 2**7 apart: a row summed with a neighbour's lanes would be far off
+    scale = np.exp2(np.arange(rows) - 7.0)[:, None]
+    x = (rng.standard_normal((rows, n + 1)) * scale).astype(dt)
+    args = {"x": x[:, 1:], "w": rng.uniform(0.5, 1.5, n).astype(op.plan.scale.np_dtype)}
+    if op.plan.residual:
+        args["residual"] = (rng.standard_normal((rows, n)) * scale).astype(dt)
+    want = op.run_all(*[args[i] for i in op.inputs], backend="numpy")
+    dev = dict(zip(args, _to_device(queue, args.values())))
+    # the vector kernel on dense rows; the scalar one on rows one element off alignment
+    for label, xv, k in (("aligned", dev["x"], c.vec), ("offset by one", _to_device(queue, [x])[0][:, 1:], c.scalar)):
+        seen.clear()
+        got = _run_cl(op, [xv if i == "x" else dev[i] for i in op.inputs])
+        assert seen == [(k.name, -(-rows // k.rows), k.block)], (label, seen)
+        for out, w, o in zip(op.outputs, want, got):
+            o = o.get()
+            if out == op.plan.sum_output:
+                assert _same([o], [w]), (label, out)
+            else:   # only the order of the sum of squares differs from NumPy: an ulp or two of y
+                np.testing.assert_allclose(o.astype(np.float64), w.astype(np.float64), rtol=2**-6, err_msg=label)
+
 @device
 @pytest.mark.parametrize("name", ["rms_mixed_types", "llama3_8b"])
 def test_unknown_options_are_a_clear_value_error(queue, name):
