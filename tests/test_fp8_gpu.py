@@ -89,6 +89,8 @@ def test_conversion_constants_describe_the_ml_dtypes_grid(name, src):
     tiny = 2.0 ** DTYPES[name].min_exponent
     assert int(q.normal_bits, 16) == int(np.array(tiny, dt).view(ut))
     assert np.isnan(np.array(int(q.nan_code, 16), np.uint8).view(DTYPES[name].np_dtype).astype(np.float32))
+    # the NaN code is the one ml_dtypes (and the C and NumPy kernels) write: e5m2's is 0x7e, not 0x7f
+    assert int(q.nan_code, 16) == int(np.array([np.nan], dt).astype(DTYPES[name].np_dtype).view(np.uint8)[0])
 
 
 def _run_both(op, *arrays):

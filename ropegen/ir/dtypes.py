@@ -26,6 +26,7 @@ class DType:
     max_finite: float = 0.0    # quantized output types: the largest finite value (they saturate to it)
     min_exponent: int = 0      # ... and the exponent of their smallest normal value (subnormal spacing:
     #                            2^(min_exponent - mantissa_bits))
+    nan_code: int = 0          # quantized output types: the bits a NaN becomes (sign added), as ml_dtypes writes it
 
     @property
     def quantized(self) -> bool:
@@ -56,9 +57,9 @@ _ROWS = (
     # fp8 outputs (OCP E4M3 "fn": no infinities, max 448; E5M2: max 57344): one unit in the last place
     # relative, the rounding of the quantization itself
     DType("f8e4m3", "float8_e4m3fn", 1, True, 3, 1.25e-1, 2.0 ** -9, 17, "float8e4m3fn", (10, 8), "float8_e4m3fn",
-          max_finite=448.0, min_exponent=-6),
+          max_finite=448.0, min_exponent=-6, nan_code=0x7F),
     DType("f8e5m2", "float8_e5m2", 1, True, 2, 2.5e-1, 2.0 ** -16, 19, "float8e5m2", (12, 8), "float8_e5m2",
-          max_finite=57344.0, min_exponent=-14),
+          max_finite=57344.0, min_exponent=-14, nan_code=0x7E),
 )
 
 DTYPES: dict[str, DType] = {row.name: row for row in _ROWS}

@@ -13,9 +13,6 @@ from ropegen.ir.dtypes import DTYPES, DType
 
 # (width in bits, fraction bits, exponent bias) of each source float type
 _SOURCES = {"f32": (32, 23, 127), "f64": (64, 52, 1023)}
-# the code every NaN becomes (sign added): e4m3fn's only NaN, and an e5m2 NaN (exponent all ones)
-NAN_CODE = 0x7F
-
 
 @dataclass(frozen=True)
 class Fp8Cvt:
@@ -58,7 +55,7 @@ def conversion(src: str, dst: DType) -> Fp8Cvt:
     return Fp8Cvt(
         src=src, dst=dst.name, bits=width, frac=frac, sign_shift=width - 8,
         abs_mask=hex((1 << (width - 1)) - 1), inf_bits=hex(((1 << (width - 1 - frac)) - 1) << frac),
-        max_bits=hex(_bits(dst.max_finite, src)), max_code=hex(max_code), nan_code=hex(NAN_CODE),
+        max_bits=hex(_bits(dst.max_finite, src)), max_code=hex(max_code), nan_code=hex(dst.nan_code),
         normal_bits=hex((dst.min_exponent + bias) << frac), shift=shift, half=hex((1 << (shift - 1)) - 1),
         rebias=hex((bias - fp8_bias) << m), sub_base=frac - m + 1 - fp8_bias + bias, sub_limit=frac + 1,
         implicit=hex(1 << frac), frac_mask=hex((1 << frac) - 1))
