@@ -21,7 +21,7 @@ from ropegen.backends.opencl import backend as clb
 from ropegen.crosscheck import _storage_dtype, compare
 from ropegen.ops import reference
 from ropegen.ops.inputs import CASES, make_inputs
-from ropegen.runtime import gpu_call
+from ropegen.runtime import gpu_rms
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = list(ropegen.compile(ROOT / "examples" / "rmsnorm_family.rope"))
@@ -86,12 +86,12 @@ def _check(op, arrays: dict[str, np.ndarray], outs, label: str = "") -> None:
 def _spy(monkeypatch) -> list[str]:
     """The names of the kernels the GPU runner launches."""
     used: list[str] = []
-    real = gpu_call.rms_launch
+    real = gpu_rms.rms_launch
 
     def spy(k, rows):
         used.append(k.name)
         return real(k, rows)
-    monkeypatch.setattr(gpu_call, "rms_launch", spy)
+    monkeypatch.setattr(gpu_rms, "rms_launch", spy)
     return used
 
 
@@ -102,8 +102,9 @@ def _spy(monkeypatch) -> list[str]:
 def test_kernel_parameters_name_each_role(op):
     p = op.plan
     want = ["t_" + p.x_name] + (["t_" + p.residual] if p.residual else []) + ["t_" + p.scale_name, "t_" + p.out]
-    want += (["t_" + p.sum_output] if p.residual else []) + ["n_rows"]
-    want += [f"{r}_row_stride" for r in (("x", "r", "y", "h") if p.residual else ("x", "y"))]
+    want += (["t_" + p.sum_output] if p.residual else []) + ["n_rows", "row_group"]
+    want += [f"{r}_{level}_stride" for r in (("x", "r", "y", "h") if p.residual else ("x", "y"))
+             for level in ("row", "group")]
     for backend in ("cuda", "opencl"):
         cfg = ropegen.backends.get(backend).config(p)
         for k in cfg.kernels:

@@ -7,7 +7,8 @@ says when one is made).
 A target supplies its memory (runtime/host.py's Memory plus `error_word`, `to_host` and
 `prefix_sums`, below) and one function that launches a kernel; `rope_bind` is pure Python, so
 the CPU tests bind host memory through it and run the generated source on the host. A repeated
-signature of device arrays takes a quick path that skips the binding (its first call checked it).
+signature of device arrays takes a quick path that skips the binding (its first call checked it):
+quick_hit and learn, which runtime/gpu_rms.py (the RMSNorm runner) shares.
 """
 from __future__ import annotations
 
@@ -18,14 +19,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from ropegen.lower import status, strides
-from ropegen.lower.gpu.abi import rms_row_roles
-from ropegen.lower.gpu import (Launch, RmsCfg, RopeCfg, RopeKernel, rms_launch, rms_vector_ok, rope_launch,
-                               rope_vector_ok)
-from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
+from ropegen.lower.gpu import Launch, RopeCfg, RopeKernel, rope_launch, rope_vector_ok
+from ropegen.ops.plan import Plan, RopePlan
 from ropegen.ops.rope import forms
 from ropegen.ops.rope.frequency_rows import frequency_rows
 from ropegen.runtime import host
-from ropegen.runtime.arrays import DeviceArray, c_strides
+from ropegen.runtime.arrays import DeviceArray
 
 RULES = host.Rules()          # the scalar kernels read any strides: nothing is copied or refused
 OPTIONS = frozenset({"check", "inplace", "out", "stream"})   # the keyword options of a runner call
@@ -194,6 +193,44 @@ class Quick:
     aligned: list
 
 
+def quick_hit(memory, table: dict[tuple, Quick], arrays, stream):
+    """A repeated signature's call without the binding: (the call's memory, its Quick, the addresses
+    of the arrays then of the new outputs, the new outputs), or None when the call must be bound (a
+    new signature, outputs allocated at other alignments)."""
+    got = memory.signature(arrays)
+    # (another stream than a tensor's own: the binding's DLPack export orders the two)
+    if got is None or not (stream is None or got[2] is None):
+        return None
+    mem = memory(stream if stream is not None else got[2])
+    q = table.get((got[0], mem.device))
+    if q is None:
+        return None
+    outs, addresses = mem.allocate(q.outputs)
+    if [a & 63 for a in addresses] != q.aligned:
+        return None
+    return mem, q, got[1] + addresses, outs
+
+
+def learn(table: dict[tuple, Quick], memory, launcher, arrays, mem, call: host.Call, k, launch: Launch,
+          args: list) -> None:
+    """Keep in `table` what a call of this signature needs again (quick_hit): not when a bound array is
+    not the caller's own memory (an upload, a copy) or a pointer parameter is neither an array's
+    nor the error word's. The quick launch takes the inputs', the outputs' and the error word's addresses."""
+    got = memory.signature(arrays)
+    names = list(call.inputs)
+    if got is None or [call.inputs[n].ptr for n in names] != got[1]:
+        return
+    outs = list(call.outputs.values())
+    where = {("in", n): i for i, n in enumerate(names)}
+    where.update({("out", n): len(names) + i for i, n in enumerate(call.outputs)})
+    where[("err",)] = len(names) + len(outs)
+    slots = [(i, where[prm.source]) for i, prm in enumerate(k.params) if prm.source in where]
+    if any(prm.is_pointer and prm.source not in where for prm in k.params):
+        return
+    table[(got[0], mem.device)] = Quick(memory.specs(outs), call.shapes, launcher.prepared(k, launch, args, slots),
+                                        [o.ptr & 63 for o in outs])
+
+
 class RopeRunner:
     """A RoPE operator on a GPU target: `memory(stream)` makes one call's memory, `launch` runs a
     kernel, `kernel_word` names the kernel in status messages ("the CUDA kernel").
@@ -222,18 +259,13 @@ class RopeRunner:
 
     def __call__(self, *arrays, check: bool | None = None, inplace: bool = False, out=None, stream=None, **options):
         if self.quick_ok and not (check or inplace or options) and out is None:
-            got = self.memory.signature(arrays)
-            # (another stream than a tensor's own: the binding's DLPack export orders the two)
-            if got is not None and (stream is None or got[2] is None):
-                mem = self.memory(stream if stream is not None else got[2])
-                q = self.quick.get((got[0], mem.device))
-                if q is not None:
-                    outs, addresses = mem.allocate(q.outputs)
-                    if [a & 63 for a in addresses] == q.aligned:
-                        flags = self._flags(mem)
-                        flags.shapes = q.shapes
-                        q.launch(mem, got[1] + addresses + [flags.deferred.ptr])
-                        return tuple(outs)
+            hit = quick_hit(self.memory, self.quick, arrays, stream)
+            if hit is not None:
+                mem, q, addresses, outs = hit
+                flags = self._flags(mem)
+                flags.shapes = q.shapes
+                q.launch(mem, addresses + [flags.deferred.ptr])
+                return tuple(outs)
         if stream is None and self.caller_stream is not None:
             stream = self.caller_stream(arrays, out)
         return self._call(arrays, check, inplace, out, stream, options)
@@ -259,7 +291,7 @@ class RopeRunner:
 
     def _call(self, arrays, check, inplace, out, stream, options):
         p, cfg = self.p, self.cfg
-        _no_options(options, self.kernel_word)
+        no_options(options, self.kernel_word)
         mem = self.memory(stream)
         if inplace and not getattr(mem, "writes_back", False) and any(isinstance(a, np.ndarray) for a in arrays):
             raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
@@ -301,99 +333,20 @@ class RopeRunner:
                     exc.args = (f"{exc.args[0]} (the outputs' other tokens were written)",)
                 raise exc
         elif self.quick_ok and sticky and not (inplace or out is not None or mem.host) and B * S:
-            self._learn(arrays, mem, call, k, launch, args)
+            learn(self.quick, self.memory, self.launch, arrays, mem, call, k, launch, args)
         # keep every input alive until the launch is queued; results as NumPy when inputs were
         return call.returned()
 
-    def _learn(self, arrays, mem, call: host.Call, k, launch: Launch, args: list) -> None:
-        """Keep what a call of this signature needs again (the quick path of __call__)."""
-        got = self.memory.signature(arrays)
-        names = list(call.inputs)
-        if got is None or [call.inputs[n].ptr for n in names] != got[1]:
-            return
-        outs = list(call.outputs.values())
-        where = {("in", n): i for i, n in enumerate(names)}
-        where.update({("out", n): len(names) + i for i, n in enumerate(call.outputs)})
-        where[("err",)] = len(names) + len(outs)
-        slots = [(i, where[prm.source]) for i, prm in enumerate(k.params) if prm.source in where]
-        if any(prm.is_pointer and prm.source not in where for prm in k.params):
-            return
-        self.quick[(got[0], mem.device)] = Quick(self.memory.specs(outs), call.shapes, self.launch.prepared(
-            k, launch, args, slots), [o.ptr & 63 for o in outs])
 
-
-def row_stride(p: RmsNormPlan, a: DeviceArray, name: str) -> int:
-    """The one element stride between the rows of array `name` (x, the residual, y or h: each
-    indexed by rows of the normalized axes); ValueError when its layout has none."""
-    inner = len(p.norm_shape)
-    if 0 in a.shape:
-        return p.norm_size   # no rows: no layout to read
-    if a.strides[len(a.shape) - inner:] != c_strides(a.shape[len(a.shape) - inner:]) and p.norm_size > 1:
-        raise ValueError(f"{name}: the normalized axes must be C-contiguous")
-    outer_shape = a.shape[:len(a.shape) - inner]
-    outer_strides = a.strides[:len(a.shape) - inner]
-    # outer axes must collapse to one row stride
-    stride = p.norm_size
-    kept = [(n, s) for n, s in zip(outer_shape, outer_strides) if n != 1]
-    if kept:
-        stride = kept[-1][1]
-        acc = stride
-        for n, s in reversed(kept):
-            if s != acc:
-                raise ValueError(f"{name}: rows must be evenly spaced (make it contiguous)")
-            acc *= n
-    return stride
-
-
-class RmsRunner:
-    """An RMSNorm operator on a GPU target (the arguments as RopeRunner's). The call takes the
-    operator's inputs in declaration order and returns y (and h, with a residual); its kernels
-    report no errors (`check` is accepted and changes nothing), and it runs on the caller's stream
-    like RopeRunner."""
-
-    def __init__(self, plan: RmsNormPlan, cfg: RmsCfg, memory: Callable[[Any], GpuMemory], launch: Launcher,
-                 kernel_word: str):
-        self.p, self.cfg, self.memory, self.launch, self.kernel_word = plan, cfg, memory, launch, kernel_word
-
-    def __call__(self, *arrays, check: bool | None = None, inplace: bool = False, out=None, stream=None,
-                 **options):
-        p, cfg = self.p, self.cfg
-        _no_options(options, self.kernel_word)
-        caller_stream = getattr(self.memory, "caller_stream", None)
-        mem = self.memory(stream if stream is not None or caller_stream is None else caller_stream(arrays, out))
-        if inplace and not getattr(mem, "writes_back", False) and any(isinstance(a, np.ndarray) for a in arrays):
-            raise ValueError("inplace=True needs device arrays (NumPy inputs are copied to the device)")
-        call = host.bind(p, mem, RULES, arrays, out=out, inplace=inplace)
-        xa, sa = call.inputs[p.x_name], call.inputs[p.scale_name]
-        if not sa.c_contiguous:
-            raise ValueError(f"{p.scale_name}: the scale must be C-contiguous")
-        # every row-indexed array with its own row stride, in rms_row_roles' order: y may be x itself
-        # (in place), h the residual
-        rowed = [(p.x_name, xa)]
-        if p.residual:
-            rowed.append((p.residual, call.inputs[p.residual]))
-        rowed += [(f"out {o}", call.outputs[o]) for o in p.outputs]
-        strides = [row_stride(p, a, name) for name, a in rowed]
-        outer_shape = xa.shape[:len(xa.shape) - len(p.norm_shape)]
-        rows = int(np.prod(outer_shape)) if outer_shape else 1
-        k = cfg.vec if rms_vector_ok(cfg.vec, [(a.ptr, a.itemsize) for _, a in rowed], strides) else cfg.scalar
-        args = call.values(k.params, launch={"rows": rows, **{f"{r}_row_stride": s
-                                                              for r, s in zip(rms_row_roles(p), strides)}})
-        if rows:
-            self.launch(mem, k, rms_launch(k, rows), args)
-        return call.returned()
-
-
-def _no_options(options: dict, kernel_word: str) -> None:
+def no_options(options: dict, kernel_word: str) -> None:
     """A ValueError naming the options a GPU call does not take (threads= is the C backend's)."""
     if options:
         raise ValueError(f"{kernel_word} takes no option {', '.join(map(repr, sorted(options)))}; its options "
                          f"are {', '.join(sorted(OPTIONS))}")
 
 
-RUNNERS = {"rope": RopeRunner, "rmsnorm": RmsRunner}    # the runner of each operator kind (the plan's `.kind`)
-
-
 def runner(plan: Plan, cfg, memory: Callable[[Any], GpuMemory], launch: Launcher, kernel_word: str):
-    """The callable kernel of `plan` on a GPU target."""
-    return RUNNERS[plan.kind](plan, cfg, memory, launch, kernel_word)
+    """The callable kernel of `plan` on a GPU target: the runner of its operator kind (the plan's `.kind`)."""
+    from ropegen.runtime.gpu_rms import RmsRunner    # (it builds on this module: imported once both exist)
+    runners = {"rope": RopeRunner, "rmsnorm": RmsRunner}
+    return runners[plan.kind](plan, cfg, memory, launch, kernel_word)

@@ -110,14 +110,17 @@ def rope_params(p: RopePlan, streams: tuple[HeadStream, ...], strided: bool,
 
 def rms_row_roles(p: RmsNormPlan) -> tuple[str, ...]:
     """The row-indexed arrays of an RMSNorm kernel, in parameter order: x[, residual], y[, h] (each
-    passes its row stride as the launch quantity "<role>_row_stride")."""
+    passes its row and group strides as the launch quantities "<role>_row_stride" and
+    "<role>_group_stride")."""
     return ("x", "r", "y", "h") if p.residual else ("x", "y")
 
 
 def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
-    """The RMSNorm kernels' parameters: x[, residual], scale, y[, h][, fp8 quant scale], the rows and
-    each row-indexed array's row stride (x, residual, y, h: each may be spaced out, and y or h may be
-    in place)."""
+    """The RMSNorm kernels' parameters: x[, residual], scale, y[, h][, fp8 quant scale], the rows,
+    the rows per group and each row-indexed array's row and group strides (x, residual, y, h: each
+    may be spaced out, or in groups of evenly spaced rows as a fused-QKV view's heads are, and y or h
+    may be in place). Row r is at (r / row_group) * group stride + (r % row_group) * row stride;
+    row_group 0: every array's rows evenly spaced (no group term)."""
     x, scale, res, h = p.x_name, p.scale_name, p.residual, p.sum_output
     ps = [_in(param, "t_" + x, x, p.x)]
     if res:
@@ -127,6 +130,7 @@ def rms_params(p: RmsNormPlan, param: type[Param] = Param) -> tuple[Param, ...]:
         ps.append(param("t_" + h, ("out", h), p.x))
     if p.quant_scale and p.quant_scale not in (x, scale, res):   # f32[1]: entry 0
         ps.append(_in(param, "t_" + p.quant_scale, p.quant_scale, DTYPES["f32"]))
-    ps.append(_int(param, "n_rows", ("launch", "rows")))
-    ps += [_int(param, f"{r}_row_stride", ("launch", f"{r}_row_stride")) for r in rms_row_roles(p)]
+    ps += [_int(param, "n_rows", ("launch", "rows")), _int(param, "row_group", ("launch", "row_group"))]
+    for r in rms_row_roles(p):
+        ps += [_int(param, f"{r}_{level}_stride", ("launch", f"{r}_{level}_stride")) for level in ("row", "group")]
     return tuple(ps)
