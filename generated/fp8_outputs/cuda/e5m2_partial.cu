@@ -187,7 +187,7 @@ __device__ __forceinline__ unsigned char cvt_f32_f8e5m2(float v) {
     const unsigned int u = (unsigned int)__float_as_uint(v);
     const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
     const unsigned int a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (unsigned char)(sign | 0x7fu);
+    if (a > 0x7f800000u) return (unsigned char)(sign | 0x7eu);
     if (a >= 0x47600000u) return (unsigned char)(sign | 0x7bu);
     if (a >= 0x38800000u) {   // an fp8 normal: drop 21 fraction bits (a carry bumps the exponent)
         const unsigned int r = (a + 0xfffffu + ((a >> 21) & 1u)) >> 21;

@@ -164,7 +164,7 @@ static inline uchar cvt_f32_f8e5m2(float v) {
     const uint u = (uint)as_uint(v);
     const uchar sign = (uchar)((u >> 24) & 0x80u);
     const uint a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uchar)(sign | 0x7fu);
+    if (a > 0x7f800000u) return (uchar)(sign | 0x7eu);
     if (a >= 0x47600000u) return (uchar)(sign | 0x7bu);
     if (a >= 0x38800000u) {   // an fp8 normal: drop 21 fraction bits (a carry bumps the exponent)
         const uint r = (a + 0xfffffu + ((a >> 21) & 1u)) >> 21;

@@ -26,8 +26,11 @@ KERNELS = {
         ("t_y", "pointer"),
         ("t_qscale", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
     "vllm_rms_quant_scalar": (64, (
         ("t_x", "pointer"),
@@ -35,8 +38,11 @@ KERNELS = {
         ("t_y", "pointer"),
         ("t_qscale", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
 }
 

@@ -15,10 +15,12 @@
 //
 // Two kernels compute the same result; call either one:
 //   rms_last_axis_vec: 4-element vectors, block (256, 1, 1). Requires x and y addresses
-//       aligned to 4 elements and row strides multiples of 4.
+//       aligned to 4 elements and row and group strides multiples of 4.
 //   rms_last_axis_scalar: block (1024, 1, 1).
-// Rows are [4096] contiguous elements, row r at x + r * x_row_stride; grid (ceil(n_rows / rows
-//   per block), 1, 1) or any other (the kernels stride over the rows).
+// Rows are [4096] contiguous elements, row r at x + r * x_row_stride, or in
+//   groups of row_group rows (a fused-QKV view's heads), row r at x + (r / row_group) * x_group_stride
+//   + (r % row_group) * x_row_stride (row_group 0: no groups); grid (ceil(n_rows / rows per block), 1, 1)
+//   or any other (the kernels stride over the rows).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -159,8 +161,11 @@ extern "C" __global__ void __launch_bounds__(256) rms_last_axis_vec(
     const float* t_scale,
     float* t_y,
     long long n_rows,
+    long long row_group,
     long long x_row_stride,
-    long long y_row_stride)
+    long long x_group_stride,
+    long long y_row_stride,
+    long long y_group_stride)
 {
     using namespace ropegen_rms_last_axis;
     constexpr int V = 4;             // elements per vector
@@ -173,12 +178,20 @@ extern "C" __global__ void __launch_bounds__(256) rms_last_axis_vec(
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
     for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
-        const long long row = first + seg;
+        const long long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
         // part in the sums: every lane of a block runs the same iterations
-        const int row_vectors = row < n_rows ? NV : 0;
-        const x_t* xr = t_x + row * x_row_stride;
-        y_t* yr = t_y + row * y_row_stride;
+        const int row_vectors = row_index < n_rows ? NV : 0;
+        // rows in groups (a fused-QKV view's heads: evenly spaced within a token, the tokens evenly
+        // spaced too, by another stride): the row within its group and the group. row_group is 0
+        // when every array's rows are evenly spaced, so those calls divide nothing
+        long long row = row_index, group = 0;
+        if (row_group != 0) {
+            group = row_index / row_group;
+            row = row_index - group * row_group;
+        }
+        const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
+        y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
         stash_t sq = 0;
         Vec<x_t, 4> xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
@@ -218,8 +231,11 @@ extern "C" __global__ void __launch_bounds__(1024) rms_last_axis_scalar(
     const float* t_scale,
     float* t_y,
     long long n_rows,
+    long long row_group,
     long long x_row_stride,
-    long long y_row_stride)
+    long long x_group_stride,
+    long long y_row_stride,
+    long long y_group_stride)
 {
     using namespace ropegen_rms_last_axis;
     constexpr int V = 1;             // elements per vector
@@ -231,12 +247,20 @@ extern "C" __global__ void __launch_bounds__(1024) rms_last_axis_scalar(
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
     for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
-        const long long row = first + seg;
+        const long long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
         // part in the sums: every lane of a block runs the same iterations
-        const int row_vectors = row < n_rows ? NV : 0;
-        const x_t* xr = t_x + row * x_row_stride;
-        y_t* yr = t_y + row * y_row_stride;
+        const int row_vectors = row_index < n_rows ? NV : 0;
+        // rows in groups (a fused-QKV view's heads: evenly spaced within a token, the tokens evenly
+        // spaced too, by another stride): the row within its group and the group. row_group is 0
+        // when every array's rows are evenly spaced, so those calls divide nothing
+        long long row = row_index, group = 0;
+        if (row_group != 0) {
+            group = row_index / row_group;
+            row = row_index - group * row_group;
+        }
+        const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
+        y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
         stash_t sq = 0;
         Vec<x_t, 1> xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll

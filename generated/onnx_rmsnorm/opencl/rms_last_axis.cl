@@ -15,10 +15,12 @@
 //
 // Two kernels compute the same result; call either one:
 //   rms_last_axis_vec: 4-element vectors, block (256, 1, 1). Requires x and y addresses
-//       aligned to 4 elements and row strides multiples of 4.
+//       aligned to 4 elements and row and group strides multiples of 4.
 //   rms_last_axis_scalar: block (1024, 1, 1).
-// Rows are [4096] contiguous elements, row r at x + r * x_row_stride; grid (ceil(n_rows / rows
-//   per block), 1, 1) or any other (the kernels stride over the rows).
+// Rows are [4096] contiguous elements, row r at x + r * x_row_stride, or in
+//   groups of row_group rows (a fused-QKV view's heads), row r at x + (r / row_group) * x_group_stride
+//   + (r % row_group) * x_row_stride (row_group 0: no groups); grid (ceil(n_rows / rows per block), 1, 1)
+//   or any other (the kernels stride over the rows).
 // OpenCL: global size (grid * local size); every pointer parameter P is a buffer P_base and an
 // element offset P_off.
 
@@ -103,21 +105,28 @@ static inline long scale_index(long n) {
     return n;
 }
 
-// Sum over the work-group: every work-item receives the total. Halving folds, any group size.
-static inline stash_t block_sum(stash_t v, __local stash_t* partial) {
+// Sum over the `lanes` work-items of a row, an aligned segment of the work-group (the whole group
+// for a long row): each of them receives its row's total. A halving tree in the segment's slice of
+// partial[], any segment length; every work-item of the group passes the same barriers.
+static inline stash_t segment_sum(stash_t v, __local stash_t* partial, const int lanes) {
     const int lid = (int)get_local_id(0);
-    partial[lid] = v;
+    const int lane = lid % lanes;
+    __local stash_t* seg = partial + (lid - lane);
+    seg[lane] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int active = (int)get_local_size(0); active > 1;) {
-        const int upper = (active + 1) / 2;   // partial[upper..active) folds onto partial[0..)
-        if (lid < active - upper) partial[lid] = add_f32(partial[lid], partial[lid + upper]);
+    for (int active = lanes; active > 1;) {
+        const int upper = (active + 1) / 2;   // seg[upper..active) folds onto seg[0..)
+        if (lane < active - upper) seg[lane] = add_f32(seg[lane], seg[lane + upper]);
         barrier(CLK_LOCAL_MEM_FENCE);
         active = upper;
     }
-    const stash_t total = partial[0];
-    barrier(CLK_LOCAL_MEM_FENCE);   // partial[] is reused by the next row
+    const stash_t total = seg[0];
+    barrier(CLK_LOCAL_MEM_FENCE);   // partial[] is reused by the next rows
     return total;
 }
+// OpenCL C has no templates: the shared body's row_sum(v, partial) takes the segment length from
+// the calling kernel's LANES constant, which the compiler then folds into the tree.
+#define row_sum(v, partial) segment_sum((v), (partial), LANES)
 
 // The normalized, scaled value of element n of a row.
 static inline y_t finish(x_t xv, stash_t inv_rms, long n, const __global scale_t* scale) {
@@ -131,8 +140,11 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void rms_last_axis_vec
     __global const float* t_scale_base, long t_scale_off,
     __global float* t_y_base, long t_y_off,
     long n_rows,
+    long row_group,
     long x_row_stride,
-    long y_row_stride)
+    long x_group_stride,
+    long y_row_stride,
+    long y_group_stride)
 {
     __global const float* t_x = t_x_base + t_x_off;
     __global const float* t_scale = t_scale_base + t_scale_off;
@@ -147,12 +159,20 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void rms_last_axis_vec
     const int lane = (int)get_local_id(0) % LANES;
     const int seg = (int)get_local_id(0) / LANES;
     for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
-        const long row = first + seg;
+        const long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
         // part in the sums: every lane of a block runs the same iterations
-        const int row_vectors = row < n_rows ? NV : 0;
-        __global const x_t* xr = t_x + row * x_row_stride;
-        __global y_t* yr = t_y + row * y_row_stride;
+        const int row_vectors = row_index < n_rows ? NV : 0;
+        // rows in groups (a fused-QKV view's heads: evenly spaced within a token, the tokens evenly
+        // spaced too, by another stride): the row within its group and the group. row_group is 0
+        // when every array's rows are evenly spaced, so those calls divide nothing
+        long row = row_index, group = 0;
+        if (row_group != 0) {
+            group = row_index / row_group;
+            row = row_index - group * row_group;
+        }
+        __global const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
+        __global y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
         stash_t sq = 0;
         vec_x_t_4 xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
@@ -167,7 +187,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void rms_last_axis_vec
                 }
             }
         }
-        const stash_t total = block_sum(sq, partial);
+        const stash_t total = row_sum(sq, partial);
         const stash_t mean_square = div_f32(total, (stash_t)N);
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll
@@ -188,8 +208,11 @@ __kernel __attribute__((reqd_work_group_size(1024, 1, 1))) void rms_last_axis_sc
     __global const float* t_scale_base, long t_scale_off,
     __global float* t_y_base, long t_y_off,
     long n_rows,
+    long row_group,
     long x_row_stride,
-    long y_row_stride)
+    long x_group_stride,
+    long y_row_stride,
+    long y_group_stride)
 {
     __global const float* t_x = t_x_base + t_x_off;
     __global const float* t_scale = t_scale_base + t_scale_off;
@@ -204,12 +227,20 @@ __kernel __attribute__((reqd_work_group_size(1024, 1, 1))) void rms_last_axis_sc
     const int lane = (int)get_local_id(0) % LANES;
     const int seg = (int)get_local_id(0) / LANES;
     for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
-        const long row = first + seg;
+        const long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
         // part in the sums: every lane of a block runs the same iterations
-        const int row_vectors = row < n_rows ? NV : 0;
-        __global const x_t* xr = t_x + row * x_row_stride;
-        __global y_t* yr = t_y + row * y_row_stride;
+        const int row_vectors = row_index < n_rows ? NV : 0;
+        // rows in groups (a fused-QKV view's heads: evenly spaced within a token, the tokens evenly
+        // spaced too, by another stride): the row within its group and the group. row_group is 0
+        // when every array's rows are evenly spaced, so those calls divide nothing
+        long row = row_index, group = 0;
+        if (row_group != 0) {
+            group = row_index / row_group;
+            row = row_index - group * row_group;
+        }
+        __global const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
+        __global y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
         stash_t sq = 0;
         vec_x_t_1 xv[4];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
@@ -224,7 +255,7 @@ __kernel __attribute__((reqd_work_group_size(1024, 1, 1))) void rms_last_axis_sc
                 }
             }
         }
-        const stash_t total = block_sum(sq, partial);
+        const stash_t total = row_sum(sq, partial);
         const stash_t mean_square = div_f32(total, (stash_t)N);
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999997473787516e-06f)));
 #pragma unroll

@@ -25,16 +25,22 @@ KERNELS = {
         ("t_scale", "pointer"),
         ("t_y", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
     "rms_last_axis_scalar": (1024, (
         ("t_x", "pointer"),
         ("t_scale", "pointer"),
         ("t_y", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
 }
 

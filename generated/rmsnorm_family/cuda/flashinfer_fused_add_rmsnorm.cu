@@ -16,10 +16,12 @@
 //
 // Two kernels compute the same result; call either one:
 //   flashinfer_fused_add_rmsnorm_vec: 8-element vectors, block (128, 1, 1). Requires x, residual, y and h addresses
-//       aligned to 8 elements and row strides multiples of 8.
+//       aligned to 8 elements and row and group strides multiples of 8.
 //   flashinfer_fused_add_rmsnorm_scalar: block (1024, 1, 1).
-// Rows are [4096] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own row strides); grid (ceil(n_rows / rows
-//   per block), 1, 1) or any other (the kernels stride over the rows).
+// Rows are [4096] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own strides), or in
+//   groups of row_group rows (a fused-QKV view's heads), row r at x + (r / row_group) * x_group_stride
+//   + (r % row_group) * x_row_stride (row_group 0: no groups); grid (ceil(n_rows / rows per block), 1, 1)
+//   or any other (the kernels stride over the rows).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -169,10 +171,15 @@ extern "C" __global__ void __launch_bounds__(128) flashinfer_fused_add_rmsnorm_v
     __half* t_y,
     __half* t_h,
     long long n_rows,
+    long long row_group,
     long long x_row_stride,
+    long long x_group_stride,
     long long r_row_stride,
+    long long r_group_stride,
     long long y_row_stride,
-    long long h_row_stride)
+    long long y_group_stride,
+    long long h_row_stride,
+    long long h_group_stride)
 {
     using namespace ropegen_flashinfer_fused_add_rmsnorm;
     constexpr int V = 8;             // elements per vector
@@ -185,14 +192,22 @@ extern "C" __global__ void __launch_bounds__(128) flashinfer_fused_add_rmsnorm_v
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
     for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
-        const long long row = first + seg;
+        const long long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
         // part in the sums: every lane of a block runs the same iterations
-        const int row_vectors = row < n_rows ? NV : 0;
-        const x_t* xr = t_x + row * x_row_stride;
-        y_t* yr = t_y + row * y_row_stride;
-        const x_t* rr = t_residual + row * r_row_stride;
-        x_t* hr = t_h + row * h_row_stride;
+        const int row_vectors = row_index < n_rows ? NV : 0;
+        // rows in groups (a fused-QKV view's heads: evenly spaced within a token, the tokens evenly
+        // spaced too, by another stride): the row within its group and the group. row_group is 0
+        // when every array's rows are evenly spaced, so those calls divide nothing
+        long long row = row_index, group = 0;
+        if (row_group != 0) {
+            group = row_index / row_group;
+            row = row_index - group * row_group;
+        }
+        const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
+        y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
+        const x_t* rr = t_residual + row * r_row_stride + group * r_group_stride;
+        x_t* hr = t_h + row * h_row_stride + group * h_group_stride;
         stash_t sq = 0;
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
@@ -241,10 +256,15 @@ extern "C" __global__ void __launch_bounds__(1024) flashinfer_fused_add_rmsnorm_
     __half* t_y,
     __half* t_h,
     long long n_rows,
+    long long row_group,
     long long x_row_stride,
+    long long x_group_stride,
     long long r_row_stride,
+    long long r_group_stride,
     long long y_row_stride,
-    long long h_row_stride)
+    long long y_group_stride,
+    long long h_row_stride,
+    long long h_group_stride)
 {
     using namespace ropegen_flashinfer_fused_add_rmsnorm;
     constexpr int V = 1;             // elements per vector
@@ -256,14 +276,22 @@ extern "C" __global__ void __launch_bounds__(1024) flashinfer_fused_add_rmsnorm_
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
     for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
-        const long long row = first + seg;
+        const long long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
         // part in the sums: every lane of a block runs the same iterations
-        const int row_vectors = row < n_rows ? NV : 0;
-        const x_t* xr = t_x + row * x_row_stride;
-        y_t* yr = t_y + row * y_row_stride;
-        const x_t* rr = t_residual + row * r_row_stride;
-        x_t* hr = t_h + row * h_row_stride;
+        const int row_vectors = row_index < n_rows ? NV : 0;
+        // rows in groups (a fused-QKV view's heads: evenly spaced within a token, the tokens evenly
+        // spaced too, by another stride): the row within its group and the group. row_group is 0
+        // when every array's rows are evenly spaced, so those calls divide nothing
+        long long row = row_index, group = 0;
+        if (row_group != 0) {
+            group = row_index / row_group;
+            row = row_index - group * row_group;
+        }
+        const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
+        y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
+        const x_t* rr = t_residual + row * r_row_stride + group * r_group_stride;
+        x_t* hr = t_h + row * h_row_stride + group * h_group_stride;
         stash_t sq = 0;
         stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll

@@ -25,16 +25,22 @@ KERNELS = {
         ("t_weight", "pointer"),
         ("t_y", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
     "llama_rmsnorm_bf16_out_scalar": (1024, (
         ("t_x", "pointer"),
         ("t_weight", "pointer"),
         ("t_y", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
 }
 

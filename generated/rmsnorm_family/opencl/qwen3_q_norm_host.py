@@ -25,16 +25,22 @@ KERNELS = {
         ("t_weight", "pointer"),
         ("t_q_normed", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
     "qwen3_q_norm_scalar": (128, (
         ("t_q", "pointer"),
         ("t_weight", "pointer"),
         ("t_q_normed", "pointer"),
         ("n_rows", "int64"),
+        ("row_group", "int64"),
         ("x_row_stride", "int64"),
+        ("x_group_stride", "int64"),
         ("y_row_stride", "int64"),
+        ("y_group_stride", "int64"),
     )),
 }
 
