@@ -681,6 +681,8 @@ def test_bench_command_line():
 # unavailable() and the build's refusals (no device needed)
 
 def test_unavailable_reports_why_without_a_device(monkeypatch):
+    pytest.importorskip("pyopencl", reason="pyopencl (the `opencl` extra) is not installed: the probe stops at its import")
+
     def no_device():
         raise RuntimeError("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR\nmore")
     monkeypatch.setattr(clb, "_WHY", None)
