@@ -154,7 +154,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
                 and not plan_stream.norm.over_heads
     norms = [s["norm"] for s in streams if s["norm"]]
     ctx.update(float_norm=any(n["inv_f"] or n["grid"] for n in norms),
-               grid_bf16=any(n["grid"] == "rg_grid_bf16" for n in norms))
+               grid_bf16=any(n["grid"] == "rg_grid_bf16" for n in norms) or ctx.get("wide_rnd") == "rg_grid_bf16_fast")
     return ctx
 
 
@@ -165,7 +165,7 @@ def _norm_grid(p: RopePlan, n, wide: str) -> str:
     '' keeps the storage round trip."""
     if not wide or (n.stash.name, n.product.name) != ("f32", "f32"):
         return ""
-    return {"bf16": "rg_grid_bf16", "f16": "rg_round_f16"}[wide]
+    return {"bf16": "rg_grid_bf16", "f16": "rg_grid_f16"}[wide]
 
 
 def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
@@ -186,6 +186,9 @@ def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     return dict(wide=p.storage.name, wide_ranges=[(lo, hi - lo) for lo, hi in ranges],   # (first, count)
                 # the rotated ranges' conversion: bf16's checks for NaN once per run (rope.c.j2)
                 wide_out="rg_bf16_out_fast" if p.storage.name == "bf16" else "rg_f16_out",
+                # compute = storage: each product and sum rounded in 32-bit lanes (vectorises), not
+                # through uint16_t (rg_round_*); the same bits
+                wide_rnd=facts.GRID.get(arith, ""),
                 wide_passthrough=[(lo, hi - lo) for lo, hi in sorted(p.passthrough)])
 
 

@@ -15,6 +15,12 @@ ELEMENT = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t
 # every product and sum rounded back onto it by ROUND.
 ARITH = {"f64": "double", "f32": "float", "f16r": "float", "bf16r": "float"}
 ROUND = {"f64": "", "f32": "", "f16r": "rg_round_f16", "bf16r": "rg_round_bf16"}
+# the same roundings in 32-bit lanes, for the vector variants' pair loops (the bf16 one in rope.c.j2).
+# bf16's drops the NaN select: there every operand is a bf16 value widened (its low 16 bits zero), and
+# so is a NaN made or passed on by x86 arithmetic, which the plain rounding returns unchanged, sign
+# included; only its payload may differ from the canonical one, and rg_bf16_out_fast writes every NaN
+# as the canonical one (an operation on two NaNs picks by operand order, never by payload)
+GRID = {"f16r": "rg_grid_f16", "bf16r": "rg_grid_bf16_fast"}
 SQRT = {"f64": "sqrt", "f32": "sqrtf"}
 # a constant of a float arithmetic type, printed so that it reads back exactly
 LITERAL = {"f64": c_double, "f32": c_float}
