@@ -100,6 +100,25 @@ static inline uint16_t rg_f64_to_bf16(double d) { return rg_f32_to_bf16((float)d
 /* rounding of a compute value to the storage grid (compute = storage) */
 static inline float rg_round_f16(float v) { return rg_f16_to_f32(rg_f32_to_f16(v)); }
 static inline float rg_round_bf16(float v) { return rg_bf16_to_f32(rg_f32_to_bf16(v)); }
+/* rg_round_f16 in 32-bit lanes, no 16-bit value between, the selects as masks (GCC turns ternaries
+ * here into branches and then vectorises nothing): the same bits for every float, NaN included (sign |
+ * inf | its top 10 payload bits, a zero payload becoming the lowest one). Normal: rounded at bit 13,
+ * nearest even, a carry reaching 65536 meaning inf; subnormal: |v| + 0.5 rounds to a multiple of
+ * 2^-24, less 0.5 exactly. */
+static inline float rg_grid_f16(float v)
+{
+    uint32_t u = rg_f32_bits(v);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    uint32_t sub = rg_f32_bits((rg_bits_f32(a) + 0.5f) - 0.5f);
+    uint32_t nan = 0x7f800000u | (a & 0x007fe000u);
+    nan |= (uint32_t)-(int32_t)(nan == 0x7f800000u) & 0x2000u;
+    uint32_t big = (uint32_t)-(int32_t)(normal >= 0x47800000u);
+    normal = (normal & ~big) | (0x7f800000u & big);
+    uint32_t is_nan = (uint32_t)-(int32_t)(a > 0x7f800000u), is_sub = (uint32_t)-(int32_t)(a < 0x38800000u);
+    uint32_t r = (nan & is_nan) | (~is_nan & ((sub & is_sub) | (normal & ~is_sub)));
+    return rg_bits_f32((u & 0x80000000u) | r);
+}
 static inline float rg_round_f32(float v) { return v; }
 static inline double rg_round_f64(double v) { return v; }
 
@@ -487,8 +506,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = rg_sin0[16 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[16 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[16 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     /* pairs (32 + 1j, 48 + 1j), j < 16; columns 32 + 1j, 48 + 1j; position stream 0 */
                     RG_SIMD
@@ -501,8 +520,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = rg_sin0[48 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[48 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[48 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
@@ -537,8 +556,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = rg_sin0[16 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[16 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[16 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     /* pairs (32 + 1j, 48 + 1j), j < 16; columns 32 + 1j, 48 + 1j; position stream 0 */
                     RG_SIMD
@@ -551,8 +570,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = rg_sin0[48 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[48 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[48 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
@@ -627,8 +646,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = rg_sin0[16 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[16 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[16 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     /* pairs (32 + 1j, 48 + 1j), j < 16; columns 32 + 1j, 48 + 1j; position stream 0 */
                     RG_SIMD
@@ -641,8 +660,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = rg_sin0[48 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[48 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[48 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
@@ -677,8 +696,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = rg_sin0[16 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[16 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[16 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     /* pairs (32 + 1j, 48 + 1j), j < 16; columns 32 + 1j, 48 + 1j; position stream 0 */
                     RG_SIMD
@@ -691,8 +710,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = rg_sin0[48 + 1 * rg_j];
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[32 + 1 * rg_j] = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
-                        rg_y[48 + 1 * rg_j] = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        rg_y[48 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }

@@ -100,6 +100,25 @@ static inline uint16_t rg_f64_to_bf16(double d) { return rg_f32_to_bf16((float)d
 /* rounding of a compute value to the storage grid (compute = storage) */
 static inline float rg_round_f16(float v) { return rg_f16_to_f32(rg_f32_to_f16(v)); }
 static inline float rg_round_bf16(float v) { return rg_bf16_to_f32(rg_f32_to_bf16(v)); }
+/* rg_round_f16 in 32-bit lanes, no 16-bit value between, the selects as masks (GCC turns ternaries
+ * here into branches and then vectorises nothing): the same bits for every float, NaN included (sign |
+ * inf | its top 10 payload bits, a zero payload becoming the lowest one). Normal: rounded at bit 13,
+ * nearest even, a carry reaching 65536 meaning inf; subnormal: |v| + 0.5 rounds to a multiple of
+ * 2^-24, less 0.5 exactly. */
+static inline float rg_grid_f16(float v)
+{
+    uint32_t u = rg_f32_bits(v);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    uint32_t sub = rg_f32_bits((rg_bits_f32(a) + 0.5f) - 0.5f);
+    uint32_t nan = 0x7f800000u | (a & 0x007fe000u);
+    nan |= (uint32_t)-(int32_t)(nan == 0x7f800000u) & 0x2000u;
+    uint32_t big = (uint32_t)-(int32_t)(normal >= 0x47800000u);
+    normal = (normal & ~big) | (0x7f800000u & big);
+    uint32_t is_nan = (uint32_t)-(int32_t)(a > 0x7f800000u), is_sub = (uint32_t)-(int32_t)(a < 0x38800000u);
+    uint32_t r = (nan & is_nan) | (~is_nan & ((sub & is_sub) | (normal & ~is_sub)));
+    return rg_bits_f32((u & 0x80000000u) | r);
+}
 static inline float rg_round_f32(float v) { return v; }
 static inline double rg_round_f64(double v) { return v; }
 
@@ -462,6 +481,17 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const f
     if (nan) i = 0;
     rg_bf16_out_avx512(d + i, s + i, n - i, nt);
 }
+
+/* v rounded to the bf16 grid, as float: rg_round_bf16 in 32-bit lanes (no 16-bit value between), so
+ * that a loop of it vectorises without packing; a NaN becomes the canonical sign | 0x7fc0 as there */
+static inline float rg_grid_bf16(float v)
+{
+    uint32_t u = rg_f32_bits(v);
+    u = (v != v) ? ((u & 0x80000000u) | 0x7fc00000u) : u;
+    return rg_bits_f32((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+/* the same for a value known not to be NaN */
+static inline float rg_grid_bf16_fast(float v) { return rg_bits_f32((rg_f32_bits(v) + 0x7fffu + ((rg_f32_bits(v) >> 16) & 1u)) & 0xffff0000u); }
 #endif
 
 /* the arguments of one call, shared by the threads */
@@ -732,8 +762,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[64 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[0 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[64 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
@@ -745,8 +775,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[61 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[125 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[61 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[125 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
@@ -758,8 +788,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[65 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[1 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[65 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
@@ -771,8 +801,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[2 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[66 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[2 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[66 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
@@ -806,8 +836,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[64 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[0 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[64 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
@@ -819,8 +849,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[61 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[125 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[61 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[125 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
@@ -832,8 +862,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[65 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[1 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[65 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
@@ -845,8 +875,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[2 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[66 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[2 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[66 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
@@ -924,8 +954,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[64 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[0 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[64 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
@@ -937,8 +967,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[61 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[125 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[61 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[125 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
@@ -950,8 +980,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[65 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[1 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[65 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
@@ -963,8 +993,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[2 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[66 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[2 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[66 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
@@ -998,8 +1028,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[64 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[0 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[64 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
@@ -1011,8 +1041,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[61 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[125 + 1 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[61 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[125 + 1 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
@@ -1024,8 +1054,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[65 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[1 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[65 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
@@ -1037,8 +1067,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[2 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xa * ca) + rg_round_bf16((-xb) * sa));
-                        rg_y[66 + 3 * rg_j] = rg_round_bf16(rg_round_bf16(xb * cb) + rg_round_bf16(xa * sb));
+                        rg_y[2 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
+                        rg_y[66 + 3 * rg_j] = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
                     }
                     rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
