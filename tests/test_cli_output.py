@@ -441,7 +441,7 @@ def test_bench_json_uses_the_targets_document_hook(tmp_path, monkeypatch):
 
     import ropegen.bench.harness as harness
     import ropegen.bench.targets as targets
-    from ropegen import cli, extras
+    from ropegen import cli
     rows = [{"impl": "ropegen c", "ms": 1.0}]
     monkeypatch.setattr(harness, "measure", lambda ops, **kw: (rows, "table"))
     hook = types.SimpleNamespace(json_document=lambda results, command: {"command": command, "rows": results})
