@@ -119,6 +119,16 @@ static inline float rg_grid_f16(float v)
     uint32_t r = (nan & is_nan) | (~is_nan & ((sub & is_sub) | (normal & ~is_sub)));
     return rg_bits_f32((u & 0x80000000u) | r);
 }
+/* v rounded to the bf16 grid, as float: rg_round_bf16 in 32-bit lanes (no 16-bit value between), so
+ * that a loop of it vectorises without packing; a NaN becomes the canonical sign | 0x7fc0 as there */
+static inline float rg_grid_bf16(float v)
+{
+    uint32_t u = rg_f32_bits(v);
+    u = (v != v) ? ((u & 0x80000000u) | 0x7fc00000u) : u;
+    return rg_bits_f32((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+/* the same for a value known not to be NaN */
+static inline float rg_grid_bf16_fast(float v) { return rg_bits_f32((rg_f32_bits(v) + 0x7fffu + ((rg_f32_bits(v) >> 16) & 1u)) & 0xffff0000u); }
 static inline float rg_round_f32(float v) { return v; }
 static inline double rg_round_f64(double v) { return v; }
 
@@ -190,8 +200,6 @@ static int rg_isa(void)
 #endif
 
 #if RG_DISPATCH
-/* bf16 runs <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN
- * becoming sign | 0x7fc0: the same bits as rg_bf16_to_f32 / rg_f32_to_bf16 for every value. */
 #include <immintrin.h>
 /* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
  * large out-of-place result is neither read for ownership nor evicting the inputs */
@@ -205,6 +213,8 @@ static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
     rg_put16(d, _mm256_castsi256_si128(v), nt);
     rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
 }
+/* bf16 runs <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN
+ * becoming sign | 0x7fc0: the same bits as rg_bf16_to_f32 / rg_f32_to_bf16 for every value. */
 static inline RG_TARGET_AVX2 void rg_bf16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
@@ -251,6 +261,55 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float 
         rg_put32(d + i, _mm512_cvtepi32_epi16(w), nt);
     }
     rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+}
+/* Rotated bf16 runs out, fast: rounded to nearest even in 32-bit lanes, the upper halves of two vectors
+ * gathered into one by a single permutation (AVX2: a pack and a lane swap), and no NaN select; instead
+ * one compare of two vectors at a time notes a NaN, and a run that had one is converted again by
+ * rg_bf16_out_* (the canonical NaN): the same bits as it for every run. With nt, as rg_bf16_out_*. */
+static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
+{
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    __m256 nan = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8);
+        const __m256i u0 = _mm256_castps_si256(v0), u1 = _mm256_castps_si256(v1);
+        const __m256i r0 = _mm256_add_epi32(_mm256_add_epi32(u0, half), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one));
+        const __m256i r1 = _mm256_add_epi32(_mm256_add_epi32(u1, half), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one));
+        /* the packs work within 128-bit lanes: quarters 0 2 1 3 put the sixteen results in order */
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(r0, 16), _mm256_srli_epi32(r1, 16)), 0xd8);
+        if (nt) rg_put32(d + i, w, nt);
+        else _mm256_storeu_si256((__m256i *)(void *)(d + i), w);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan)) i = 0;
+    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int nt)
+{
+    /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
+    static const uint16_t upper[32] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                       33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+    const __m512i idx = _mm512_loadu_si512((const void *)upper);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    __mmask16 nan = 0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+        const __m512i u0 = _mm512_castps_si512(v0), u1 = _mm512_castps_si512(v1);
+        const __m512i r0 = _mm512_add_epi32(_mm512_add_epi32(u0, half), _mm512_and_si512(_mm512_srli_epi32(u0, 16), one));
+        const __m512i r1 = _mm512_add_epi32(_mm512_add_epi32(u1, half), _mm512_and_si512(_mm512_srli_epi32(u1, 16), one));
+        const __m512i w = _mm512_permutex2var_epi16(r0, idx, r1);
+        if (nt) {
+            rg_put32(d + i, _mm512_castsi512_si256(w), nt);
+            rg_put32(d + i + 16, _mm512_extracti64x4_epi64(w, 1), nt);
+        } else {
+            _mm512_storeu_si512((void *)(d + i), w);
+        }
+        nan = (__mmask16)(nan | _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q));
+    }
+    if (nan) i = 0;
+    rg_bf16_out_avx512(d + i, s + i, n - i, nt);
 }
 #endif
 
@@ -398,69 +457,6 @@ static inline void rg_angles(int64_t pos, rg_c *rg_cos, rg_c *rg_sin)
         rg_sin[i] = rg_load_f64_bf16r(s[i] * 1.0);
     }
 }
-#if RG_DISPATCH
-
-/* Rotated bf16 runs out, fast: rounded to nearest even in 32-bit lanes, the upper halves of two vectors
- * gathered into one by a single permutation (AVX2: a pack and a lane swap), and no NaN select; instead
- * one compare of two vectors at a time notes a NaN, and a run that had one is converted again by
- * rg_bf16_out_* (the canonical NaN): the same bits as it for every run. With nt, as rg_bf16_out_*. */
-static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
-{
-    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    __m256 nan = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8);
-        const __m256i u0 = _mm256_castps_si256(v0), u1 = _mm256_castps_si256(v1);
-        const __m256i r0 = _mm256_add_epi32(_mm256_add_epi32(u0, half), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one));
-        const __m256i r1 = _mm256_add_epi32(_mm256_add_epi32(u1, half), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one));
-        /* the packs work within 128-bit lanes: quarters 0 2 1 3 put the sixteen results in order */
-        const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(r0, 16), _mm256_srli_epi32(r1, 16)), 0xd8);
-        if (nt) rg_put32(d + i, w, nt);
-        else _mm256_storeu_si256((__m256i *)(void *)(d + i), w);
-        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
-    }
-    if (_mm256_movemask_ps(nan)) i = 0;
-    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
-}
-static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int nt)
-{
-    /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
-    static const uint16_t upper[32] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                       33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-    const __m512i idx = _mm512_loadu_si512((const void *)upper);
-    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-    __mmask16 nan = 0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
-        const __m512i u0 = _mm512_castps_si512(v0), u1 = _mm512_castps_si512(v1);
-        const __m512i r0 = _mm512_add_epi32(_mm512_add_epi32(u0, half), _mm512_and_si512(_mm512_srli_epi32(u0, 16), one));
-        const __m512i r1 = _mm512_add_epi32(_mm512_add_epi32(u1, half), _mm512_and_si512(_mm512_srli_epi32(u1, 16), one));
-        const __m512i w = _mm512_permutex2var_epi16(r0, idx, r1);
-        if (nt) {
-            rg_put32(d + i, _mm512_castsi512_si256(w), nt);
-            rg_put32(d + i + 16, _mm512_extracti64x4_epi64(w, 1), nt);
-        } else {
-            _mm512_storeu_si512((void *)(d + i), w);
-        }
-        nan = (__mmask16)(nan | _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q));
-    }
-    if (nan) i = 0;
-    rg_bf16_out_avx512(d + i, s + i, n - i, nt);
-}
-
-/* v rounded to the bf16 grid, as float: rg_round_bf16 in 32-bit lanes (no 16-bit value between), so
- * that a loop of it vectorises without packing; a NaN becomes the canonical sign | 0x7fc0 as there */
-static inline float rg_grid_bf16(float v)
-{
-    uint32_t u = rg_f32_bits(v);
-    u = (v != v) ? ((u & 0x80000000u) | 0x7fc00000u) : u;
-    return rg_bits_f32((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
-/* the same for a value known not to be NaN */
-static inline float rg_grid_bf16_fast(float v) { return rg_bits_f32((rg_f32_bits(v) + 0x7fffu + ((rg_f32_bits(v) >> 16) & 1u)) & 0xffff0000u); }
-#endif
 
 /* the arguments of one call, shared by the threads */
 struct rg_args {

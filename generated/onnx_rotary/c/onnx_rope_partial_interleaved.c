@@ -119,6 +119,16 @@ static inline float rg_grid_f16(float v)
     uint32_t r = (nan & is_nan) | (~is_nan & ((sub & is_sub) | (normal & ~is_sub)));
     return rg_bits_f32((u & 0x80000000u) | r);
 }
+/* v rounded to the bf16 grid, as float: rg_round_bf16 in 32-bit lanes (no 16-bit value between), so
+ * that a loop of it vectorises without packing; a NaN becomes the canonical sign | 0x7fc0 as there */
+static inline float rg_grid_bf16(float v)
+{
+    uint32_t u = rg_f32_bits(v);
+    u = (v != v) ? ((u & 0x80000000u) | 0x7fc00000u) : u;
+    return rg_bits_f32((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+/* the same for a value known not to be NaN */
+static inline float rg_grid_bf16_fast(float v) { return rg_bits_f32((rg_f32_bits(v) + 0x7fffu + ((rg_f32_bits(v) >> 16) & 1u)) & 0xffff0000u); }
 static inline float rg_round_f32(float v) { return v; }
 static inline double rg_round_f64(double v) { return v; }
 

@@ -119,6 +119,16 @@ static inline float rg_grid_f16(float v)
     uint32_t r = (nan & is_nan) | (~is_nan & ((sub & is_sub) | (normal & ~is_sub)));
     return rg_bits_f32((u & 0x80000000u) | r);
 }
+/* v rounded to the bf16 grid, as float: rg_round_bf16 in 32-bit lanes (no 16-bit value between), so
+ * that a loop of it vectorises without packing; a NaN becomes the canonical sign | 0x7fc0 as there */
+static inline float rg_grid_bf16(float v)
+{
+    uint32_t u = rg_f32_bits(v);
+    u = (v != v) ? ((u & 0x80000000u) | 0x7fc00000u) : u;
+    return rg_bits_f32((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+/* the same for a value known not to be NaN */
+static inline float rg_grid_bf16_fast(float v) { return rg_bits_f32((rg_f32_bits(v) + 0x7fffu + ((rg_f32_bits(v) >> 16) & 1u)) & 0xffff0000u); }
 static inline float rg_round_f32(float v) { return v; }
 static inline double rg_round_f64(double v) { return v; }
 
@@ -192,10 +202,6 @@ static int rg_isa(void)
 #endif
 
 #if RG_DISPATCH
-/* f16 runs <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR):
- * the same bits as rg_f16_to_f32 / rg_f32_to_f16 for every value but signalling NaNs, which the
- * instructions quiet (set the top payload bit). The tails take the scalar F16C forms, so that one
- * kernel treats every element alike. */
 #include <immintrin.h>
 /* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
  * large out-of-place result is neither read for ownership nor evicting the inputs */
@@ -209,6 +215,10 @@ static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
     rg_put16(d, _mm256_castsi256_si128(v), nt);
     rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
 }
+/* f16 runs <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR):
+ * the same bits as rg_f16_to_f32 / rg_f32_to_f16 for every value but signalling NaNs, which the
+ * instructions quiet (set the top payload bit). The tails take the scalar F16C forms, so that one
+ * kernel treats every element alike. */
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;

@@ -153,8 +153,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
             s["norm"]["inv_f"] = (bool(s["norm"]["grid"]) or (p.storage.name, plan_stream.norm.stash.name) == ("f32", "f32")) \
                 and not plan_stream.norm.over_heads
     norms = [s["norm"] for s in streams if s["norm"]]
-    ctx.update(float_norm=any(n["inv_f"] or n["grid"] for n in norms),
-               grid_bf16=any(n["grid"] == "rg_grid_bf16" for n in norms) or ctx.get("wide_rnd") == "rg_grid_bf16_fast")
+    ctx.update(float_norm=any(n["inv_f"] or n["grid"] for n in norms))
     return ctx
 
 
