@@ -21,6 +21,7 @@ class OpKind:
     reference: Callable[[Any, dict], dict]    # (IR operator, arrays) -> float64 outputs by name
     tolerance_dtype: Callable[[Any], Any]     # IR operator -> the DType whose tolerance bounds its error
     explain: Callable[[Any], str]    # plan -> `ropegen explain` text
+    explain_facts: Callable[[Any, tuple], dict]   # (plan, lengths) -> `ropegen explain --json` facts
     symbol_roles: Callable[[Any, dict], None]   # (IR operator, roles) -> adds kind-specific symbol roles
     make_inputs: Callable[..., dict]          # (op, case, rng, sizes, roles) -> arrays
     case_bytes: Callable[[Any, Any, Callable], int]   # (op, case, count(tensor)) -> bytes needed

@@ -3,7 +3,6 @@ program (each kind's text and facts are in its slice, ops/<kind>/explain.py: `ex
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from enum import Enum
 
 import numpy as np
@@ -19,12 +18,8 @@ def explain(plan, lengths: tuple[int, ...] = ()) -> str:
 
 
 def facts(plan, lengths: tuple[int, ...] = ()) -> dict:
-    """What explain prints, as data with stable keys (docs: the `ropegen explain --json` schema).
-
-    The kind's `facts` sits beside its `explain` in the slice's explain module, so the registry's
-    explain entry names both."""
-    module = importlib.import_module(ops.of(plan).explain.__module__)
-    return {"kind": plan.kind, **module.facts(plan, tuple(lengths))}
+    """What explain prints, as data with stable keys (docs: the `ropegen explain --json` schema)."""
+    return {"kind": plan.kind, **ops.of(plan).explain_facts(plan, tuple(lengths))}
 
 
 def number(x) -> dict:

@@ -14,6 +14,7 @@ KIND = OpKind(
     reference=reference.evaluate,
     tolerance_dtype=reference.tolerance_dtype,
     explain=explain.explain,
+    explain_facts=explain.facts,
     symbol_roles=inputs.symbol_roles,
     make_inputs=inputs.make_inputs,
     case_bytes=inputs.case_bytes,
