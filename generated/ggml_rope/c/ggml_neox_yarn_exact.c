@@ -199,6 +199,39 @@ static int rg_isa(void)
 }
 #endif
 
+#if RG_DISPATCH
+#include <immintrin.h>
+/* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
+ * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
+ * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
+ * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
+ * path of rope.c.j2 (`lanes`) are built from them. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
+static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
+static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_ps(d, v);
+    } else if (nt && ((uintptr_t)(void *)d & 15u) == 0) {
+        _mm_stream_ps(d, _mm256_castps256_ps128(v));
+        _mm_stream_ps(d + 4, _mm256_extractf128_ps(v, 1));
+    } else {
+        _mm256_storeu_ps(d, v);
+    }
+}
+static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_ps(d, v);
+    } else if (nt) {
+        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), nt);
+        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), nt);
+    } else {
+        _mm512_storeu_ps(d, v);
+    }
+}
+#endif
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -434,8 +467,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -486,25 +519,27 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
-                float *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the pairs in vector registers (8 lanes), loaded straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
+                        const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        rg_vst_f32_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_f32_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }
@@ -546,25 +581,27 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
-                float *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the pairs in vector registers (16 lanes), loaded straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m512 xa = rg_vld_f32_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_f32_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        rg_vst_f32_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_f32_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }

@@ -201,8 +201,13 @@ static int rg_isa(void)
 
 #if RG_DISPATCH
 #include <immintrin.h>
-/* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
- * large out-of-place result is neither read for ownership nor evicting the inputs */
+/* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
+ * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
+ * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
+ * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
+ * path of rope.c.j2 (`lanes`) are built from them. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
+static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
 static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 {
     if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
@@ -210,56 +215,66 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    rg_put16(d, _mm256_castsi256_si128(v), nt);
-    rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_si256((__m256i *)(void *)d, v);
+    } else {
+        rg_put16(d, _mm256_castsi256_si128(v), nt);
+        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+    }
 }
-/* bf16 runs <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN
- * becoming sign | 0x7fc0: the same bits as rg_bf16_to_f32 / rg_f32_to_bf16 for every value. */
+/* bf16 <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN becoming
+ * sign | 0x7fc0: the same bits as rg_bf16_to_f32 / rg_f32_to_bf16 for every value. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_bf16_avx2(const uint16_t *s)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)s)), 16));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vld_bf16_avx512(const uint16_t *s)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)s)), 16));
+}
+static inline RG_TARGET_AVX2 void rg_vst_bf16_avx2(uint16_t *d, __m256 v, int nt)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i near = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
+                                         _mm256_set1_epi32(0x7fc0));
+    const __m256i w = _mm256_blendv_epi8(near, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    /* eight values below 2^16 in 32-bit lanes, packed to 16 bits without saturating */
+    rg_put16(d, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vst_bf16_avx512(uint16_t *d, __m512 v, int nt)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i near = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+    const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
+                                         _mm512_set1_epi32(0x7fc0));
+    const __m512i w = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), near, qnan);
+    rg_put32(d, _mm512_cvtepi32_epi16(w), nt);
+}
 static inline RG_TARGET_AVX2 void rg_bf16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(s + i))), 16)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, rg_vld_bf16_avx2(s + i));
     for (; i < n; ++i) d[i] = rg_bf16_to_f32(s[i]);
 }
 static inline RG_TARGET_AVX2 void rg_bf16_out_avx2(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(s + i);
-        const __m256i u = _mm256_castps_si256(v);
-        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        const __m256i near = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
-        const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
-                                             _mm256_set1_epi32(0x7fc0));
-        const __m256i w = _mm256_blendv_epi8(near, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-        /* eight values below 2^16 in 32-bit lanes, packed to 16 bits without saturating */
-        rg_put16(d + i, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), nt);
-    }
+    for (; i + 8 <= n; i += 8) rg_vst_bf16_avx2(d + i, _mm256_loadu_ps(s + i), nt);
     for (; i < n; ++i) d[i] = rg_f32_to_bf16(s[i]);
 }
 static inline RG_TARGET_AVX512 void rg_bf16_in_avx512(float *d, const uint16_t *s, int n)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(s + i))), 16)));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, rg_vld_bf16_avx512(s + i));
     rg_bf16_in_avx2(d + i, s + i, n - i);
 }
 static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(s + i);
-        const __m512i u = _mm512_castps_si512(v);
-        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        const __m512i near = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-        const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
-                                             _mm512_set1_epi32(0x7fc0));
-        const __m512i w = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), near, qnan);
-        rg_put32(d + i, _mm512_cvtepi32_epi16(w), nt);
-    }
+    for (; i + 16 <= n; i += 16) rg_vst_bf16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
     rg_bf16_out_avx2(d + i, s + i, n - i, nt);
 }
 /* Rotated bf16 runs out, fast: rounded to nearest even in 32-bit lanes, the upper halves of two vectors
@@ -446,10 +461,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
                         const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
                         const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = rg_cos0[64 + 1 * rg_j];
-                        const rg_c sb = rg_sin0[64 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c cb = (rg_cos0[64 + 1 * rg_j]);
+                        const rg_c sb = (rg_sin0[64 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
@@ -476,10 +491,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
                         const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
                         const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = rg_cos0[64 + 1 * rg_j];
-                        const rg_c sb = rg_sin0[64 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c cb = (rg_cos0[64 + 1 * rg_j]);
+                        const rg_c sb = (rg_sin0[64 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
@@ -541,30 +556,26 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = rg_cos0[64 + 1 * rg_j];
-                        const rg_c sb = rg_sin0[64 + 1 * rg_j];
+                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 64 + 1 * rg_j);
+                        const __m256 sb = rg_vld_f32_avx2(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_bf16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_bf16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -577,30 +588,26 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = rg_cos0[64 + 1 * rg_j];
-                        const rg_c sb = rg_sin0[64 + 1 * rg_j];
+                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 64 + 1 * rg_j);
+                        const __m256 sb = rg_vld_f32_avx2(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_bf16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_bf16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -656,30 +663,26 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = rg_cos0[64 + 1 * rg_j];
-                        const rg_c sb = rg_sin0[64 + 1 * rg_j];
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 64 + 1 * rg_j);
+                        const __m512 sb = rg_vld_f32_avx512(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_bf16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_bf16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -692,30 +695,26 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = rg_cos0[64 + 1 * rg_j];
-                        const rg_c sb = rg_sin0[64 + 1 * rg_j];
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 64 + 1 * rg_j);
+                        const __m512 sb = rg_vld_f32_avx512(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_bf16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_bf16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -751,7 +750,7 @@ int ropegen_hf_llama_per_token(const uint16_t *q, int64_t q_stride_batch, int64_
 
     /* large out-of-place outputs are streamed past the caches */
     /* (the environment variable ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
-    int rg_stream = RG_CAN_STREAM && 0 > 0 && rg_ntok >= 0;
+    int rg_stream = RG_CAN_STREAM && 3276 > 0 && rg_ntok >= 3276;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;

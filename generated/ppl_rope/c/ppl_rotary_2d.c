@@ -456,8 +456,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -469,8 +469,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[32 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[33 + 2 * rg_j]);
-                        const rg_c ca = rg_cos1[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin1[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos1[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin1[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -498,8 +498,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -511,8 +511,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[32 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[33 + 2 * rg_j]);
-                        const rg_c ca = rg_cos1[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin1[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos1[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin1[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -597,8 +597,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -610,8 +610,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[32 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[33 + 2 * rg_j]);
-                        const rg_c ca = rg_cos1[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin1[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos1[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin1[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -639,8 +639,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -652,8 +652,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[32 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[33 + 2 * rg_j]);
-                        const rg_c ca = rg_cos1[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin1[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos1[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin1[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -737,8 +737,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -750,8 +750,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[32 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[33 + 2 * rg_j]);
-                        const rg_c ca = rg_cos1[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin1[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos1[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin1[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -779,8 +779,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -792,8 +792,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
                         const rg_c xa = rg_load_f32_f32(rg_x[32 + 2 * rg_j]);
                         const rg_c xb = rg_load_f32_f32(rg_x[33 + 2 * rg_j]);
-                        const rg_c ca = rg_cos1[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin1[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos1[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin1[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */

@@ -436,7 +436,7 @@ int ropegen_llama_rmsnorm_bf16_out(const uint16_t *x, const float *weight, uint1
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
     /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
-    int rg_stream = RG_CAN_STREAM && 0 > 0 && rg_rows >= 0;
+    int rg_stream = RG_CAN_STREAM && 4096 > 0 && rg_rows >= 4096;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;

@@ -203,8 +203,13 @@ static int rg_isa(void)
 
 #if RG_DISPATCH
 #include <immintrin.h>
-/* 16 / 32 bytes of converted output: with nt, non-temporal stores where 16-byte aligned, so that a
- * large out-of-place result is neither read for ownership nor evicting the inputs */
+/* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
+ * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
+ * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
+ * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
+ * path of rope.c.j2 (`lanes`) are built from them. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
+static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
 static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 {
     if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
@@ -212,39 +217,55 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    rg_put16(d, _mm256_castsi256_si128(v), nt);
-    rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_si256((__m256i *)(void *)d, v);
+    } else {
+        rg_put16(d, _mm256_castsi256_si128(v), nt);
+        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+    }
 }
-/* f16 runs <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR):
- * the same bits as rg_f16_to_f32 / rg_f32_to_f16 for every value but signalling NaNs, which the
- * instructions quiet (set the top payload bit). The tails take the scalar F16C forms, so that one
- * kernel treats every element alike. */
+/* f16 <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR): the
+ * same bits as rg_f16_to_f32 / rg_f32_to_f16 for every value but signalling NaNs, which the
+ * instructions quiet (set the top payload bit). The run tails take the scalar F16C forms, so that
+ * one kernel treats every element alike. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f16_avx2(const uint16_t *s)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)s));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vld_f16_avx512(const uint16_t *s)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)s));
+}
+static inline RG_TARGET_AVX2 void rg_vst_f16_avx2(uint16_t *d, __m256 v, int nt)
+{
+    rg_put16(d, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vst_f16_avx512(uint16_t *d, __m512 v, int nt)
+{
+    rg_put32(d, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
+}
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, rg_vld_f16_avx2(s + i));
     for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
 }
 static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        rg_put16(d + i, _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT), nt);
+    for (; i + 8 <= n; i += 8) rg_vst_f16_avx2(d + i, _mm256_loadu_ps(s + i), nt);
     for (; i < n; ++i) d[i] = (uint16_t)_cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
 }
 static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s, int n)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(s + i))));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, rg_vld_f16_avx512(s + i));
     rg_f16_in_avx2(d + i, s + i, n - i);
 }
 static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n, int nt)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        rg_put32(d + i, _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT), nt);
+    for (; i + 16 <= n; i += 16) rg_vst_f16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
     rg_f16_out_avx2(d + i, s + i, n - i, nt);
 }
 #endif
@@ -504,8 +525,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
                         const rg_c xa = rg_load_f16_f32(rg_x[0 + 1 * rg_j]);
                         const rg_c xb = rg_load_f16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -533,8 +554,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
                         const rg_c xa = rg_load_f16_f32(rg_x[0 + 1 * rg_j]);
                         const rg_c xb = rg_load_f16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
+                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -596,29 +617,25 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_f16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
+                        const __m256 xa = rg_vld_f16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_f16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_f16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_f16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_f16_out_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -631,29 +648,25 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_f16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
+                        const __m256 xa = rg_vld_f16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_f16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_f16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_f16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_f16_out_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -708,29 +721,25 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_f16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m512 xa = rg_vld_f16_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_f16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_f16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_f16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_f16_out_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -743,29 +752,25 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_f16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = rg_cos0[0 + 1 * rg_j];
-                        const rg_c sa = rg_sin0[0 + 1 * rg_j];
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m512 xa = rg_vld_f16_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_f16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[64 + 1 * rg_j] = ((xb * cb) + (xa * sb));
+                        rg_vst_f16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
+                        rg_vst_f16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
                     }
-                    rg_f16_out_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -822,7 +827,7 @@ int ropegen_flashinfer_indptr(const uint16_t *q, int64_t q_stride_token, int64_t
 
     /* large out-of-place outputs are streamed past the caches */
     /* (the environment variable ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
-    int rg_stream = RG_CAN_STREAM && 0 > 0 && rg_ntok >= 0;
+    int rg_stream = RG_CAN_STREAM && 3276 > 0 && rg_ntok >= 3276;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;

@@ -26,9 +26,11 @@ CHUNK_BYTES = 256 * 1024
 STREAM_BYTES = 32 * 1024 * 1024
 
 def _stream_min(out: DType, bytes_per_item: int) -> int:
-    """Tokens (rows) from which outputs are streamed; 0: never. Measured: streaming pays for 4- and
-    8-byte elements; 2-byte ones convert more per byte and gain nothing (RMSNorm bf16 lost 10%)."""
-    if out.itemsize < 4:
+    """Tokens (rows) from which outputs are streamed; 0: never. Measured: streaming pays for 2-, 4- and
+    8-byte elements since 16-bit outputs are stored non-temporally straight from their conversion
+    (llama3 f16 q+k T=4096, 2 threads: 0.80 of the copy streamed, 0.69 not; RMSNorm bf16 0.71 and
+    0.66); fp8 outputs go through a store buffer and were not measured to gain."""
+    if out.itemsize < 2:
         return 0
     return max(1, STREAM_BYTES // max(1, bytes_per_item))
 
@@ -143,6 +145,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     ctx.update(angles(p, p.angles, arith, params))
     ctx.update(_rope_quant(p, arith))
     ctx.update(_wide(p, arith, ctx["fp8"]))
+    ctx.update(_lanes(p, arith, ctx["fp8"]))
     for s, plan_stream in zip(streams, p.streams):
         if s["norm"] is not None:
             s["norm"]["grid"] = _norm_grid(p, plan_stream.norm, ctx["wide"])
@@ -189,6 +192,36 @@ def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
                 # through uint16_t (rg_round_*); the same bits
                 wide_rnd=facts.GRID.get(arith, ""),
                 wide_passthrough=[(lo, hi - lo) for lo, hi in sorted(p.passthrough)])
+
+
+def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
+    """The vector pair path of the AVX2 / AVX-512 variants (rope.c.j2): where every block pairs runs of
+    consecutive elements with consecutive columns, a run of pairs is loaded (and converted) straight into
+    vector registers, rotated there and stored (converted, non-temporal when streaming) straight to the
+    output, instead of through a float copy of the head and a store buffer: the loads and the
+    non-temporal stores interleave, which is what lets an out-of-place call approach a copy's speed.
+    Float arithmetic only (the same bits as the scalar loop: each lane computes the scalar formula).
+    lanes: variant -> its vector width, type and helpers (_dispatch.inc.j2); a variant whose width does
+    not divide every block's count is absent (its loops stay as they were)."""
+    unit_runs = all(b.a_step == 1 and b.b_step == 1 and b.ca_step == 1 and (b.same_columns or b.cb_step == 1)
+                    for b in p.blocks)
+    if fp8 or arith != "f32" or p.storage.name not in ("f32", "f16", "bf16") or not unit_runs:
+        return dict(lanes={}, lanes_t="")
+    t = p.storage.name
+
+    def form(isa: str, width: int) -> dict[str, Any]:
+        return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
+                    st=f"rg_vst_{t}_{isa}", col=f"rg_vld_f32_{isa}")
+
+    def divides(width: int) -> bool:
+        return all(b.count % width == 0 for b in p.blocks)
+
+    lanes = {}
+    if divides(8):
+        lanes["rg_run_avx2"] = form("avx2", 8)
+        # AVX-512 runs eight lanes (the AVX2 forms) where sixteen do not divide every block
+        lanes["rg_run_avx512"] = form("avx512", 16) if divides(16) else form("avx2", 8)
+    return dict(lanes=lanes, lanes_t=t if lanes else "")
 
 
 def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:

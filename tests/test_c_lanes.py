@@ -1,0 +1,168 @@
+"""The vector pair path of the C backend's AVX2 / AVX-512 variants (`lanes`, backends/c/context.py):
+which plans take it, and that it gives the baseline's bits for every example that does, streamed or
+not, in place, with special values, and with outputs at every alignment its stores branch on
+(unaligned: through the store buffer; 16, 32 and 64 bytes: non-temporal stores of each width).
+"""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ropegen
+from ropegen.backends.c.backend import CBackend
+from ropegen.backends.c.context import rope_context
+from ropegen.ops.inputs import CASES, make_inputs
+from tests.test_c_backend import EXAMPLES
+
+BACKEND = CBackend()
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.skipif(BACKEND.unavailable() is not None, reason=str(BACKEND.unavailable())),
+    pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2 / AVX-512 are x86 extensions"),
+]
+
+# beside the examples: sections of 16 and 24 pairs (eight lanes in both variants, three position streams)
+# and f16 partial rotary (a passthrough tail), in float arithmetic
+EXTRA = """
+rope mrope_f16_f32 {
+    in q:         f16[tokens=T, heads=4, head_dim=128]
+    in k:         f16[tokens=T, heads=2, head_dim=128]
+    in positions: i64[3, T]
+    out q_rot = rotate(q)
+    out k_rot = rotate(k)
+    pairing   = neox
+    positions = mrope(positions, sections = [16, 24, 24])
+    angles    = computed(base = 1000000)
+    compute   = f32
+}
+rope partial_f16_f32 {
+    in x:   f16[tokens=T, heads=3, head_dim=64]
+    in pos: i32[T]
+    out y = rotate(x)
+    pairing    = neox
+    rotary_dim = 32
+    positions  = pos
+    angles     = computed(base = 10000)
+    compute    = f32
+}
+"""
+ROPE_OPS = [op for src in [*EXAMPLES, ROOT / "bench" / "llama3_f16.rope", EXTRA] for op in ropegen.compile(src)
+            if op.kind == "rope"]
+# normalized streams keep their own float path (test_head_norm_speedpath.py)
+LANE_OPS = [op for op in ROPE_OPS if rope_context(op.plan)["lanes"] and not any(s.norm for s in op.plan.streams)]
+ISAS = ("base", "avx2", "")        # "": the best this CPU runs (AVX-512 where it has it)
+SPECIALS = {
+    "f32": [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-39, 3.4e38, -3.4e38],
+    "f16": [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 6e-8, -3e-5, 65504.0, -65504.0],
+    "bf16": [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -5e-39, 3.3e38, -3.3e38],
+}
+# signalling and quiet NaNs with payloads, both signs
+NAN_PAYLOADS = {"f32": [0x7FA00001, 0xFFC12345], "f16": [0x7D01, 0xFE55], "bf16": [0x7F81, 0xFFC5]}
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def _at_offset(shape, dtype, offset: int) -> np.ndarray:
+    """A zeroed C-contiguous array whose data starts `offset` bytes past a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.zeros(nbytes + 128, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _inputs(op, case, seed: int, special: bool) -> list:
+    """The case's inputs; with `special`, infinities, zeros, subnormals, huge values and NaNs with
+    payloads written into the first element of some pairs (never both: which operand's NaN a sum of
+    two NaNs returns is the compiler's choice in every variant, docs/architecture.md)."""
+    arrays = make_inputs(op.ir, case, seed=seed)
+    if special:
+        rng = np.random.default_rng(seed)
+        blk = op.plan.blocks[0]
+        for t in op.plan.inputs:
+            a = arrays[t.name]
+            if t.name not in {s.src for s in op.plan.streams} or not a.flags.c_contiguous:
+                continue
+            vals = np.concatenate([np.array(SPECIALS[t.dtype.name], dtype=np.float64).astype(a.dtype),
+                                   np.array(NAN_PAYLOADS[t.dtype.name], dtype=f"u{a.dtype.itemsize}").view(a.dtype)])
+            rows = a.reshape(-1, a.shape[-1])
+            at = rng.choice(rows.shape[0], size=min(rows.shape[0], 2 * vals.size), replace=False)
+            rows[at, blk.a0 + rng.integers(0, blk.count, at.size)] = np.resize(vals, at.size)
+    return [arrays[n] for n in op.inputs]
+
+
+def test_which_plans_take_the_lanes_path():
+    names = {op.name: rope_context(op.plan)["lanes"] for op in ROPE_OPS}
+    # half-split pairs with consecutive columns, float arithmetic: sixteen lanes on AVX-512
+    for name in ("llama3_8b", "llama3_8b_cached", "llama3_8b_f16", "hf_llama_per_token", "phi3_longrope"):
+        assert names[name]["rg_run_avx512"]["w"] == 16, name
+        assert names[name]["rg_run_avx2"]["w"] == 8, name
+    # sections of 16 and 24 pairs: eight lanes in both variants
+    assert names["mrope_f16_f32"]["rg_run_avx512"]["w"] == 8
+    # interleaved pairs, compute = storage, fp8 outputs and four-pair blocks keep their loops
+    for name in ("ggml_normal", "atb_coeff4_fp16", "flashinfer_rope_quantize_fp8", "onnx_rope_4d", "qwen2_vl"):
+        assert names[name] == {}, name
+    op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
+    src = BACKEND.sources(op.plan, "llama3.rope")["llama3_8b.c"]
+    avx512 = src[src.index("void rg_run_avx512("):]
+    assert "rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j)" in avx512 and "rg_vst_bf16_avx512(rg_y + 64" in avx512
+    assert "rg_vld_" not in src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
+
+
+def test_the_lane_examples_cover_every_storage_type():
+    assert {op.plan.storage.name for op in LANE_OPS} == {"f32", "f16", "bf16"}
+    assert any(op.plan.passthrough and op.plan.storage.name == "f16" for op in LANE_OPS)
+    assert any(len(op.plan.blocks) > 1 for op in LANE_OPS)
+
+
+@pytest.mark.parametrize("op", LANE_OPS, ids=[op.name for op in LANE_OPS])
+def test_every_variant_streamed_or_not_gives_the_baseline_bits(op, monkeypatch):
+    for i, case in enumerate(CASES):
+        for special in (False, True):
+            args = _inputs(op, case, 900 + i, special)
+            want = None
+            for isa in ISAS:
+                for stream in ("0", "1"):
+                    monkeypatch.setenv("ROPEGEN_ISA", isa)
+                    monkeypatch.setenv("ROPEGEN_STREAM", stream)
+                    got = [np.array(a, copy=True) for a in op.run_all(*args, backend="c", threads=2)]
+                    want = want or got
+                    for a, b in zip(want, got):
+                        assert _same_bits(a, b), (op.name, case.label, special, isa, stream)
+
+
+LLAMA = [op for op in LANE_OPS if op.name in ("llama3_8b", "llama3_8b_f16", "dynamic_ntk", "hf_llama_per_token")]
+
+
+@pytest.mark.parametrize("op", LLAMA, ids=[op.name for op in LLAMA])
+@pytest.mark.parametrize("offset", [0, 2, 4, 16, 32], ids=lambda o: f"out+{o}B")
+def test_outputs_at_every_alignment(op, offset, monkeypatch):
+    """Streamed outputs 64-, 32-, 16-byte aligned (non-temporal stores of each width) and off any
+    alignment (the store buffer, then a streamed copy), and in place: the baseline's bits."""
+    args = _inputs(op, CASES[1], 31, True)
+    monkeypatch.setenv("ROPEGEN_ISA", "base")
+    monkeypatch.setenv("ROPEGEN_STREAM", "0")
+    want = [np.array(a, copy=True) for a in op.run_all(*args, backend="c")]
+    if offset % want[0].dtype.itemsize:
+        pytest.skip(f"{want[0].dtype} cannot start {offset} bytes off")
+    for isa in ISAS:
+        for stream in ("0", "1"):
+            monkeypatch.setenv("ROPEGEN_ISA", isa)
+            monkeypatch.setenv("ROPEGEN_STREAM", stream)
+            outs = tuple(_at_offset(w.shape, w.dtype, offset) for w in want)
+            op.run_all(*args, backend="c", out=outs)
+            for a, b in zip(want, outs):
+                assert _same_bits(a, b), (op.name, isa, stream, offset)
+            call = [np.array(a, copy=True) for a in args]
+            try:
+                got = op.run_all(*call, backend="c", inplace=True)
+            except ValueError:          # outputs that cannot be written over their inputs
+                continue
+            for a, b in zip(want, got):
+                assert _same_bits(a, np.asarray(b)), (op.name, isa, stream, "in place")
