@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 # beside the examples: sections of 16 and 24 pairs (eight lanes in both variants, three position streams)
-# and f16 partial rotary (a passthrough tail), in float arithmetic
+# f16 partial rotary (a passthrough tail) and bf16 interleaved pairs, in float arithmetic
 EXTRA = """
 rope mrope_f16_f32 {
     in q:         f16[tokens=T, heads=4, head_dim=128]
@@ -45,6 +45,15 @@ rope partial_f16_f32 {
     out y = rotate(x)
     pairing    = neox
     rotary_dim = 32
+    positions  = pos
+    angles     = computed(base = 10000)
+    compute    = f32
+}
+rope gptj_bf16_f32 {
+    in x:   bf16[tokens=T, heads=3, head_dim=64]
+    in pos: i32[T]
+    out y = rotate(x)
+    pairing    = gptj
     positions  = pos
     angles     = computed(base = 10000)
     compute    = f32
@@ -105,18 +114,24 @@ def test_which_plans_take_the_lanes_path():
         assert names[name]["rg_run_avx2"]["w"] == 8, name
     # sections of 16 and 24 pairs: eight lanes in both variants
     assert names["mrope_f16_f32"]["rg_run_avx512"]["w"] == 8
-    # interleaved pairs, compute = storage, fp8 outputs and four-pair blocks keep their loops
-    for name in ("ggml_normal", "atb_coeff4_fp16", "flashinfer_rope_quantize_fp8", "onnx_rope_4d", "qwen2_vl"):
+    # interleaved pairs (2j, 2j + 1): dealt into even / odd lanes and woven back
+    for name in ("ggml_normal", "ppl_rotary", "ppl_rotary_2d", "vllm_gptj_partial", "dynamic_ntk_packed"):
+        assert names[name]["rg_run_avx512"]["pairs"] == "interleaved", name
+    # compute = storage, fp8 outputs, four-pair blocks, and columns two apart keep their loops
+    for name in ("atb_coeff4_fp16", "flashinfer_rope_quantize_fp8", "onnx_rope_4d", "qwen2_vl", "gptj_cache"):
         assert names[name] == {}, name
     op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
     src = BACKEND.sources(op.plan, "llama3.rope")["llama3_8b.c"]
     avx512 = src[src.index("void rg_run_avx512("):]
-    assert "rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j)" in avx512 and "rg_vst_bf16_avx512(rg_y + 64" in avx512
+    assert "rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j)" in avx512
+    assert "rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt)" in avx512
     assert "rg_vld_" not in src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
 
 
 def test_the_lane_examples_cover_every_storage_type():
     assert {op.plan.storage.name for op in LANE_OPS} == {"f32", "f16", "bf16"}
+    woven = [op for op in LANE_OPS if rope_context(op.plan)["lanes_interleaved"]]
+    assert {op.plan.storage.name for op in woven} == {"f32", "f16", "bf16"}
     assert any(op.plan.passthrough and op.plan.storage.name == "f16" for op in LANE_OPS)
     assert any(len(op.plan.blocks) > 1 for op in LANE_OPS)
 
@@ -137,7 +152,8 @@ def test_every_variant_streamed_or_not_gives_the_baseline_bits(op, monkeypatch):
                         assert _same_bits(a, b), (op.name, case.label, special, isa, stream)
 
 
-LLAMA = [op for op in LANE_OPS if op.name in ("llama3_8b", "llama3_8b_f16", "dynamic_ntk", "hf_llama_per_token")]
+LLAMA = [op for op in LANE_OPS if op.name in ("llama3_8b", "llama3_8b_f16", "dynamic_ntk", "hf_llama_per_token",
+                                              "ggml_normal", "dynamic_ntk_packed", "gptj_bf16_f32")]
 
 
 @pytest.mark.parametrize("op", LLAMA, ids=[op.name for op in LLAMA])

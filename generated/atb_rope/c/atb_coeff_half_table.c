@@ -217,7 +217,9 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+    if (!nt) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
         _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
         rg_put16(d, _mm256_castsi256_si128(v), nt);
@@ -403,8 +405,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[2 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        const rg_c yb = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 4 * rg_j] = rg_store_f16r_f16(ya);
+                        rg_y[2 + 4 * rg_j] = rg_store_f16r_f16(yb);
                     }
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
@@ -417,8 +421,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[3 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        const rg_c yb = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[1 + 4 * rg_j] = rg_store_f16r_f16(ya);
+                        rg_y[3 + 4 * rg_j] = rg_store_f16r_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -447,8 +453,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[2 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        const rg_c yb = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 4 * rg_j] = rg_store_f16r_f16(ya);
+                        rg_y[2 + 4 * rg_j] = rg_store_f16r_f16(yb);
                     }
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
@@ -461,8 +469,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[3 + 4 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        const rg_c yb = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[1 + 4 * rg_j] = rg_store_f16r_f16(ya);
+                        rg_y[3 + 4 * rg_j] = rg_store_f16r_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -537,8 +547,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[2 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 4 * rg_j] = ya;
+                        rg_y[2 + 4 * rg_j] = yb;
                     }
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
@@ -551,8 +563,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[3 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[1 + 4 * rg_j] = ya;
+                        rg_y[3 + 4 * rg_j] = yb;
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 32 + 0, rg_y + 0, 32, rg_nt);
                 }
@@ -587,8 +601,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[2 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 4 * rg_j] = ya;
+                        rg_y[2 + 4 * rg_j] = yb;
                     }
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
@@ -601,8 +617,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[3 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[1 + 4 * rg_j] = ya;
+                        rg_y[3 + 4 * rg_j] = yb;
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 32 + 0, rg_y + 0, 32, rg_nt);
                 }
@@ -677,8 +695,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[2 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 4 * rg_j] = ya;
+                        rg_y[2 + 4 * rg_j] = yb;
                     }
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
@@ -691,8 +711,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[3 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[1 + 4 * rg_j] = ya;
+                        rg_y[3 + 4 * rg_j] = yb;
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 32 + 0, rg_y + 0, 32, rg_nt);
                 }
@@ -727,8 +749,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[2 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 4 * rg_j] = ya;
+                        rg_y[2 + 4 * rg_j] = yb;
                     }
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
@@ -741,8 +765,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[1 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[3 + 4 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[1 + 4 * rg_j] = ya;
+                        rg_y[3 + 4 * rg_j] = yb;
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 32 + 0, rg_y + 0, 32, rg_nt);
                 }

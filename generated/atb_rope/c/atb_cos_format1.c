@@ -217,7 +217,9 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+    if (!nt) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
         _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
         rg_put16(d, _mm256_castsi256_si128(v), nt);
@@ -407,8 +409,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        const rg_c yb = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(ya);
+                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -437,8 +441,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa)));
-                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb)));
+                        const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
+                        const rg_c yb = rg_round_f16(rg_round_f16(xb * cb) + rg_round_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f16r_f16(ya);
+                        rg_y[32 + 1 * rg_j] = rg_store_f16r_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -516,8 +522,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = ya;
+                        rg_y[32 + 1 * rg_j] = yb;
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
@@ -552,8 +560,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = ya;
+                        rg_y[32 + 1 * rg_j] = yb;
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
@@ -631,8 +641,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = ya;
+                        rg_y[32 + 1 * rg_j] = yb;
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
@@ -667,8 +679,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
-                        rg_y[32 + 1 * rg_j] = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
+                        const rg_c yb = rg_grid_f16(rg_grid_f16(xb * cb) + rg_grid_f16(xa * sb));
+                        rg_y[0 + 1 * rg_j] = ya;
+                        rg_y[32 + 1 * rg_j] = yb;
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }

@@ -550,8 +550,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f8e4m3(((xa * ca) + ((-xb) * sa)) * rg_qs);
-                        rg_y[32 + 1 * rg_j] = rg_store_f32_f8e4m3(((xb * cb) + (xa * sb)) * rg_qs);
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_f8e4m3(ya * rg_qs);
+                        rg_y[32 + 1 * rg_j] = rg_store_f32_f8e4m3(yb * rg_qs);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -621,8 +623,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f8e4m3(((xa * ca) + ((-xb) * sa)) * rg_qs);
-                        rg_y[32 + 1 * rg_j] = rg_store_f32_f8e4m3(((xb * cb) + (xa * sb)) * rg_qs);
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_f8e4m3(ya * rg_qs);
+                        rg_y[32 + 1 * rg_j] = rg_store_f32_f8e4m3(yb * rg_qs);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -691,8 +695,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f8e4m3(((xa * ca) + ((-xb) * sa)) * rg_qs);
-                        rg_y[32 + 1 * rg_j] = rg_store_f32_f8e4m3(((xb * cb) + (xa * sb)) * rg_qs);
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_f8e4m3(ya * rg_qs);
+                        rg_y[32 + 1 * rg_j] = rg_store_f32_f8e4m3(yb * rg_qs);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);

@@ -230,6 +230,17 @@ static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int nt
         _mm512_storeu_ps(d, v);
     }
 }
+/* two vectors out: a at da, b at db */
+static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int nt)
+{
+    rg_vst_f32_avx2(da, a, nt);
+    rg_vst_f32_avx2(db, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int nt)
+{
+    rg_vst_f32_avx512(da, a, nt);
+    rg_vst_f32_avx512(db, b, nt);
+}
 #endif
 
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
@@ -412,8 +423,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_f32(ya);
+                        rg_y[64 + 1 * rg_j] = rg_store_f32_f32(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -475,8 +488,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_f32_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_f32_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_f32_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -537,8 +551,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_f32_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_f32_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_f32_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);

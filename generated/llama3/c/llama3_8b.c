@@ -215,7 +215,9 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+    if (!nt) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
         _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
         rg_put16(d, _mm256_castsi256_si128(v), nt);
@@ -277,53 +279,55 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float 
     for (; i + 16 <= n; i += 16) rg_vst_bf16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
     rg_bf16_out_avx2(d + i, s + i, n - i, nt);
 }
-/* Rotated bf16 runs out, fast: rounded to nearest even in 32-bit lanes, the upper halves of two vectors
- * gathered into one by a single permutation (AVX2: a pack and a lane swap), and no NaN select; instead
- * one compare of two vectors at a time notes a NaN, and a run that had one is converted again by
- * rg_bf16_out_* (the canonical NaN): the same bits as it for every run. With nt, as rg_bf16_out_*. */
+/* Two vectors of bf16 out together, fast: rounded to nearest even in 32-bit lanes, the upper halves of
+ * both gathered by a single permutation (AVX2: a pack and a lane swap) without the NaN select; a pair
+ * holding a NaN (one compare of the two) goes through rg_vst_bf16_* (the canonical NaN) instead: the
+ * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. */
+static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+{
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
+        rg_vst_bf16_avx2(da, a, nt);
+        rg_vst_bf16_avx2(db, b, nt);
+        return;
+    }
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i ua = _mm256_castps_si256(a), ub = _mm256_castps_si256(b);
+    const __m256i ra = _mm256_add_epi32(_mm256_add_epi32(ua, half), _mm256_and_si256(_mm256_srli_epi32(ua, 16), one));
+    const __m256i rb = _mm256_add_epi32(_mm256_add_epi32(ub, half), _mm256_and_si256(_mm256_srli_epi32(ub, 16), one));
+    /* the pack works within 128-bit lanes: quarters 0 2 1 3 put a's eight results, then b's, in order */
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16)), 0xd8);
+    rg_put16(da, _mm256_castsi256_si128(w), nt);
+    rg_put16(db, _mm256_extracti128_si256(w, 1), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
+    if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
+        rg_vst_bf16_avx512(da, a, nt);
+        rg_vst_bf16_avx512(db, b, nt);
+        return;
+    }
+    /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
+    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
+    const __m512i ra = _mm512_add_epi32(_mm512_add_epi32(ua, half), _mm512_and_si512(_mm512_srli_epi32(ua, 16), one));
+    const __m512i rb = _mm512_add_epi32(_mm512_add_epi32(ub, half), _mm512_and_si512(_mm512_srli_epi32(ub, 16), one));
+    const __m512i w = _mm512_permutex2var_epi16(ra, idx, rb);
+    rg_put32(da, _mm512_castsi512_si256(w), nt);
+    rg_put32(db, _mm512_extracti64x4_epi64(w, 1), nt);
+}
+/* Rotated bf16 runs out, fast: two vectors at a time by rg_vstp_bf16_*, the tail by rg_bf16_out_*. */
 static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
 {
-    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    __m256 nan = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8);
-        const __m256i u0 = _mm256_castps_si256(v0), u1 = _mm256_castps_si256(v1);
-        const __m256i r0 = _mm256_add_epi32(_mm256_add_epi32(u0, half), _mm256_and_si256(_mm256_srli_epi32(u0, 16), one));
-        const __m256i r1 = _mm256_add_epi32(_mm256_add_epi32(u1, half), _mm256_and_si256(_mm256_srli_epi32(u1, 16), one));
-        /* the packs work within 128-bit lanes: quarters 0 2 1 3 put the sixteen results in order */
-        const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(r0, 16), _mm256_srli_epi32(r1, 16)), 0xd8);
-        if (nt) rg_put32(d + i, w, nt);
-        else _mm256_storeu_si256((__m256i *)(void *)(d + i), w);
-        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
-    }
-    if (_mm256_movemask_ps(nan)) i = 0;
+    for (; i + 16 <= n; i += 16) rg_vstp_bf16_avx2(d + i, d + i + 8, _mm256_loadu_ps(s + i), _mm256_loadu_ps(s + i + 8), nt);
     rg_bf16_out_avx2(d + i, s + i, n - i, nt);
 }
 static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int nt)
 {
-    /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
-    static const uint16_t upper[32] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                       33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-    const __m512i idx = _mm512_loadu_si512((const void *)upper);
-    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-    __mmask16 nan = 0;
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
-        const __m512i u0 = _mm512_castps_si512(v0), u1 = _mm512_castps_si512(v1);
-        const __m512i r0 = _mm512_add_epi32(_mm512_add_epi32(u0, half), _mm512_and_si512(_mm512_srli_epi32(u0, 16), one));
-        const __m512i r1 = _mm512_add_epi32(_mm512_add_epi32(u1, half), _mm512_and_si512(_mm512_srli_epi32(u1, 16), one));
-        const __m512i w = _mm512_permutex2var_epi16(r0, idx, r1);
-        if (nt) {
-            rg_put32(d + i, _mm512_castsi512_si256(w), nt);
-            rg_put32(d + i + 16, _mm512_extracti64x4_epi64(w, 1), nt);
-        } else {
-            _mm512_storeu_si512((void *)(d + i), w);
-        }
-        nan = (__mmask16)(nan | _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q));
-    }
-    if (nan) i = 0;
+    for (; i + 32 <= n; i += 32) rg_vstp_bf16_avx512(d + i, d + i + 16, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16), nt);
     rg_bf16_out_avx512(d + i, s + i, n - i, nt);
 }
 #endif
@@ -580,8 +584,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(ya);
+                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -609,8 +615,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_bf16(ya);
+                        rg_y[64 + 1 * rg_j] = rg_store_f32_bf16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -678,8 +686,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_bf16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_bf16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -709,8 +718,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_bf16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_bf16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -777,8 +787,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_bf16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_bf16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -808,8 +819,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_bf16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_bf16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);

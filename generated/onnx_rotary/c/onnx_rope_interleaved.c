@@ -217,7 +217,9 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+    if (!nt) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
         _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
         rg_put16(d, _mm256_castsi256_si128(v), nt);
@@ -396,8 +398,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f16(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = rg_store_f32_f16(ya);
+                        rg_y[1 + 2 * rg_j] = rg_store_f32_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -468,8 +472,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = ya;
+                        rg_y[1 + 2 * rg_j] = yb;
                     }
                     rg_f16_out_avx2(rg_dst + rg_u * 8 + 0, rg_y + 0, 8, rg_nt);
                 }
@@ -540,8 +546,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = ((xa * ca) + ((-xb) * sa));
-                        rg_y[1 + 2 * rg_j] = ((xb * cb) + (xa * sb));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = ya;
+                        rg_y[1 + 2 * rg_j] = yb;
                     }
                     rg_f16_out_avx512(rg_dst + rg_u * 8 + 0, rg_y + 0, 8, rg_nt);
                 }

@@ -325,8 +325,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(ya);
+                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(yb);
                     }
                     /* elements [4, 8) pass through */
                     for (int rg_i = 4; rg_i < 8; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
@@ -394,8 +396,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(ya);
+                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(yb);
                     }
                     /* elements [4, 8) pass through */
                     for (int rg_i = 4; rg_i < 8; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
@@ -462,8 +466,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(ya);
+                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(yb);
                     }
                     /* elements [4, 8) pass through */
                     for (int rg_i = 4; rg_i < 8; ++rg_i) rg_y[rg_i] = rg_x[rg_i];

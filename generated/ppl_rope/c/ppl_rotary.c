@@ -199,6 +199,99 @@ static int rg_isa(void)
 }
 #endif
 
+#if RG_DISPATCH
+#include <immintrin.h>
+/* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
+ * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
+ * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
+ * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
+ * path of rope.c.j2 (`lanes`) are built from them. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
+static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
+static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_ps(d, v);
+    } else if (nt && ((uintptr_t)(void *)d & 15u) == 0) {
+        _mm_stream_ps(d, _mm256_castps256_ps128(v));
+        _mm_stream_ps(d + 4, _mm256_extractf128_ps(v, 1));
+    } else {
+        _mm256_storeu_ps(d, v);
+    }
+}
+static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_ps(d, v);
+    } else if (nt) {
+        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), nt);
+        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), nt);
+    } else {
+        _mm512_storeu_ps(d, v);
+    }
+}
+/* two vectors out: a at da, b at db */
+static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int nt)
+{
+    rg_vst_f32_avx2(da, a, nt);
+    rg_vst_f32_avx2(db, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int nt)
+{
+    rg_vst_f32_avx512(da, a, nt);
+    rg_vst_f32_avx512(db, b, nt);
+}
+/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor split into their even and odd
+ * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*): permutations
+ * only, so every value keeps its bits. */
+static inline RG_TARGET_AVX2 void rg_deal_avx2(__m256 v0, __m256 v1, __m256 *even, __m256 *odd)
+{
+    /* the shuffles pick within 128-bit lanes: quarters 0 2 1 3 put the eight results in order */
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xd8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd)), 0xd8));
+}
+static inline RG_TARGET_AVX2 void rg_weave_avx2(__m256 a, __m256 b, __m256 *v0, __m256 *v1)
+{
+    const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+    *v0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *v1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+static inline RG_TARGET_AVX512 void rg_deal_avx512(__m512 v0, __m512 v1, __m512 *even, __m512 *odd)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = _mm512_permutex2var_ps(v0, ie, v1);
+    *odd = _mm512_permutex2var_ps(v0, io, v1);
+}
+static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *v0, __m512 *v1)
+{
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *v0 = _mm512_permutex2var_ps(a, il, b);
+    *v1 = _mm512_permutex2var_ps(a, ih, b);
+}
+static inline RG_TARGET_AVX2 void rg_vld2_f32_avx2(const float *s, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_f32_avx2(s), rg_vld_f32_avx2(s + 8), a, b);
+}
+static inline RG_TARGET_AVX2 void rg_vst2_f32_avx2(float *d, __m256 a, __m256 b, int nt)
+{
+    __m256 v0, v1;
+    rg_weave_avx2(a, b, &v0, &v1);
+    rg_vstp_f32_avx2(d, d + 8, v0, v1, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_f32_avx512(const float *s, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_f32_avx512(s), rg_vld_f32_avx512(s + 16), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vst2_f32_avx512(float *d, __m512 a, __m512 b, int nt)
+{
+    __m512 v0, v1;
+    rg_weave_avx512(a, b, &v0, &v1);
+    rg_vstp_f32_avx512(d, d + 16, v0, v1, nt);
+}
+#endif
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -463,8 +556,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(ya);
+                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -492,8 +587,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(ya);
+                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -551,25 +648,28 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const float *rg_xh = rg_xt + rg_h * query_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
-                float *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the pairs in vector registers (8 lanes), loaded straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 64;
                     float *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 32; rg_j += 8) {
+                        __m256 xa, xb;
+                        rg_vld2_f32_avx2(rg_x + 0 + 2 * rg_j, &xa, &xb);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vst2_f32_avx2(rg_y + 0 + 2 * rg_j, ya, yb, rg_nt);
                     }
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -580,25 +680,28 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
                 const float *rg_xh = rg_xt + rg_h * key_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_key_stride_head;
-                float *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the pairs in vector registers (8 lanes), loaded straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 64;
                     float *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 32; rg_j += 8) {
+                        __m256 xa, xb;
+                        rg_vld2_f32_avx2(rg_x + 0 + 2 * rg_j, &xa, &xb);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vst2_f32_avx2(rg_y + 0 + 2 * rg_j, ya, yb, rg_nt);
                     }
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }
@@ -652,25 +755,28 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 const float *rg_xh = rg_xt + rg_h * query_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
-                float *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the pairs in vector registers (16 lanes), loaded straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 64;
                     float *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 32; rg_j += 16) {
+                        __m512 xa, xb;
+                        rg_vld2_f32_avx512(rg_x + 0 + 2 * rg_j, &xa, &xb);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vst2_f32_avx512(rg_y + 0 + 2 * rg_j, ya, yb, rg_nt);
                     }
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
 
@@ -681,25 +787,28 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
                 const float *rg_xh = rg_xt + rg_h * key_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_key_stride_head;
-                float *rg_dst = rg_stream ? rg_buf : rg_yh;
+                /* the pairs in vector registers (16 lanes), loaded straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
+                float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 64;
                     float *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 32; rg_j += 16) {
+                        __m512 xa, xb;
+                        rg_vld2_f32_avx512(rg_x + 0 + 2 * rg_j, &xa, &xb);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 2 * rg_j] = rg_store_f32_f32(((xa * ca) + ((-xb) * sa)));
-                        rg_y[1 + 2 * rg_j] = rg_store_f32_f32(((xb * cb) + (xa * sb)));
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vst2_f32_avx512(rg_y + 0 + 2 * rg_j, ya, yb, rg_nt);
                     }
                 }
-                if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
+                if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
             }
         }
     }

@@ -217,7 +217,9 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
 }
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+    if (!nt) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
         _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
         rg_put16(d, _mm256_castsi256_si128(v), nt);
@@ -267,6 +269,17 @@ static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *
     int i = 0;
     for (; i + 16 <= n; i += 16) rg_vst_f16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
     rg_f16_out_avx2(d + i, s + i, n - i, nt);
+}
+/* two vectors out: a at da, b at db */
+static inline RG_TARGET_AVX2 void rg_vstp_f16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+{
+    rg_vst_f16_avx2(da, a, nt);
+    rg_vst_f16_avx2(db, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_f16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
+    rg_vst_f16_avx512(da, a, nt);
+    rg_vst_f16_avx512(db, b, nt);
 }
 #endif
 
@@ -530,8 +543,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_f16(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_f16(ya);
+                        rg_y[64 + 1 * rg_j] = rg_store_f32_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -559,8 +574,10 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_y[0 + 1 * rg_j] = rg_store_f32_f16(((xa * ca) + ((-xb) * sa)));
-                        rg_y[64 + 1 * rg_j] = rg_store_f32_f16(((xb * cb) + (xa * sb)));
+                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
+                        const rg_c yb = ((xb * cb) + (xa * sb));
+                        rg_y[0 + 1 * rg_j] = rg_store_f32_f16(ya);
+                        rg_y[64 + 1 * rg_j] = rg_store_f32_f16(yb);
                     }
                 }
                 if (rg_stream) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -633,8 +650,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_f16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_f16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_f16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -664,8 +682,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_f16_avx2(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_f16_avx2(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_f16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -737,8 +756,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_f16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_f16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_f16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -768,8 +788,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        rg_vst_f16_avx512(rg_y + 0 + 1 * rg_j, ((xa * ca) + ((-xb) * sa)), rg_nt);
-                        rg_vst_f16_avx512(rg_y + 64 + 1 * rg_j, ((xb * cb) + (xa * sb)), rg_nt);
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vstp_f16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);

@@ -196,22 +196,27 @@ def _wide(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
 
 def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     """The vector pair path of the AVX2 / AVX-512 variants (rope.c.j2): where every block pairs runs of
-    consecutive elements with consecutive columns, a run of pairs is loaded (and converted) straight into
-    vector registers, rotated there and stored (converted, non-temporal when streaming) straight to the
-    output, instead of through a float copy of the head and a store buffer: the loads and the
-    non-temporal stores interleave, which is what lets an out-of-place call approach a copy's speed.
-    Float arithmetic only (the same bits as the scalar loop: each lane computes the scalar formula).
-    lanes: variant -> its vector width, type and helpers (_dispatch.inc.j2); a variant whose width does
-    not divide every block's count is absent (its loops stay as they were)."""
-    unit_runs = all(b.a_step == 1 and b.b_step == 1 and b.ca_step == 1 and (b.same_columns or b.cb_step == 1)
-                    for b in p.blocks)
-    if fp8 or arith != "f32" or p.storage.name not in ("f32", "f16", "bf16") or not unit_runs:
-        return dict(lanes={}, lanes_t="")
+    consecutive elements (neox) or neighbours (2j, 2j + 1: interleaved, through two permutations) with
+    consecutive columns, a run of pairs is loaded (and converted) straight into vector registers,
+    rotated there and stored (converted, non-temporal when streaming) straight to the output, instead of
+    through a float copy of the head and a store buffer: the loads and the non-temporal stores
+    interleave, which is what lets an out-of-place call approach a copy's speed. Float arithmetic only
+    (the same bits as the scalar loop: each lane computes the scalar formula). lanes: variant -> its
+    vector width, type and helpers (_dispatch.inc.j2); a variant whose width does not divide every
+    block's count is absent (its loops stay as they were)."""
+    def columns(b) -> bool:
+        return b.ca_step == 1 and (b.same_columns or b.cb_step == 1)
+
+    runs = all(b.a_step == 1 and b.b_step == 1 and columns(b) for b in p.blocks)
+    woven = all(b.a_step == 2 and b.b_step == 2 and b.b0 == b.a0 + 1 and columns(b) for b in p.blocks)
+    if fp8 or arith != "f32" or p.storage.name not in ("f32", "f16", "bf16") or not (runs or woven):
+        return dict(lanes={}, lanes_t="", lanes_interleaved=False)
     t = p.storage.name
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
-                    st=f"rg_vst_{t}_{isa}", col=f"rg_vld_f32_{isa}")
+                    stp=f"rg_vstp_{t}_{isa}", col=f"rg_vld_f32_{isa}", ld2=f"rg_vld2_{t}_{isa}",
+                    st2=f"rg_vst2_{t}_{isa}", pairs="runs" if runs else "interleaved")
 
     def divides(width: int) -> bool:
         return all(b.count % width == 0 for b in p.blocks)
@@ -221,7 +226,8 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         lanes["rg_run_avx2"] = form("avx2", 8)
         # AVX-512 runs eight lanes (the AVX2 forms) where sixteen do not divide every block
         lanes["rg_run_avx512"] = form("avx512", 16) if divides(16) else form("avx2", 8)
-    return dict(lanes=lanes, lanes_t=t if lanes else "")
+    return dict(lanes=lanes, lanes_t=t if lanes else "", lanes_interleaved=bool(lanes) and not runs,
+                lanes_elem=facts.element(p.storage))
 
 
 def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:
