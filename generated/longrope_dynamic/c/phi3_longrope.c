@@ -536,8 +536,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
                         const __m256 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_f32_avx2(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_nt);
+                        rg_vst_f32_avx2(rg_y + 48 + rg_j, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -568,8 +569,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
                         const __m256 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_f32_avx2(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_nt);
+                        rg_vst_f32_avx2(rg_y + 48 + rg_j, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -638,8 +640,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        rg_vst_f32_avx512(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
                         const __m512 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_f32_avx512(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_nt);
+                        rg_vst_f32_avx512(rg_y + 48 + rg_j, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
@@ -670,8 +673,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        rg_vst_f32_avx512(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
                         const __m512 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_f32_avx512(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_nt);
+                        rg_vst_f32_avx512(rg_y + 48 + rg_j, yb, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy(rg_yh, rg_buf, sizeof rg_buf);
