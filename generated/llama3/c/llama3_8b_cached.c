@@ -234,11 +234,21 @@ static inline RG_TARGET_AVX512 __m512 rg_vld_bf16_avx512(const uint16_t *s)
 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)s)), 16));
 }
+/* the bits of v rounded to nearest even at bit 16 (bf16 in the upper halves; NaNs not handled) */
+static inline RG_TARGET_AVX2 __m256i rg_bf16_rne_avx2(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+}
+static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+}
 static inline RG_TARGET_AVX2 void rg_vst_bf16_avx2(uint16_t *d, __m256 v, int nt)
 {
     const __m256i u = _mm256_castps_si256(v);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i near = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i near = _mm256_srli_epi32(rg_bf16_rne_avx2(v), 16);
     const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
                                          _mm256_set1_epi32(0x7fc0));
     const __m256i w = _mm256_blendv_epi8(near, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
@@ -248,8 +258,7 @@ static inline RG_TARGET_AVX2 void rg_vst_bf16_avx2(uint16_t *d, __m256 v, int nt
 static inline RG_TARGET_AVX512 void rg_vst_bf16_avx512(uint16_t *d, __m512 v, int nt)
 {
     const __m512i u = _mm512_castps_si512(v);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i near = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+    const __m512i near = _mm512_srli_epi32(rg_bf16_rne_avx512(v), 16);
     const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
                                          _mm512_set1_epi32(0x7fc0));
     const __m512i w = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), near, qnan);
@@ -290,10 +299,7 @@ static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, 
         rg_vst_bf16_avx2(db, b, nt);
         return;
     }
-    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    const __m256i ua = _mm256_castps_si256(a), ub = _mm256_castps_si256(b);
-    const __m256i ra = _mm256_add_epi32(_mm256_add_epi32(ua, half), _mm256_and_si256(_mm256_srli_epi32(ua, 16), one));
-    const __m256i rb = _mm256_add_epi32(_mm256_add_epi32(ub, half), _mm256_and_si256(_mm256_srli_epi32(ub, 16), one));
+    const __m256i ra = rg_bf16_rne_avx2(a), rb = rg_bf16_rne_avx2(b);
     /* the pack works within 128-bit lanes: quarters 0 2 1 3 put a's eight results, then b's, in order */
     const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16)), 0xd8);
     rg_put16(da, _mm256_castsi256_si128(w), nt);
@@ -309,10 +315,7 @@ static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *
     /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
     const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
                                          31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-    const __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
-    const __m512i ra = _mm512_add_epi32(_mm512_add_epi32(ua, half), _mm512_and_si512(_mm512_srli_epi32(ua, 16), one));
-    const __m512i rb = _mm512_add_epi32(_mm512_add_epi32(ub, half), _mm512_and_si512(_mm512_srli_epi32(ub, 16), one));
+    const __m512i ra = rg_bf16_rne_avx512(a), rb = rg_bf16_rne_avx512(b);
     const __m512i w = _mm512_permutex2var_epi16(ra, idx, rb);
     rg_put32(da, _mm512_castsi512_si256(w), nt);
     rg_put32(db, _mm512_extracti64x4_epi64(w, 1), nt);
