@@ -227,6 +227,14 @@ static inline uint8_t rg_store_f32_f8e5m2(float v) { return rg_f32_to_f8e5m2(v);
 static inline uint8_t rg_store_f64_f8e4m3(double v) { return rg_f64_to_f8e4m3(v); }
 static inline uint8_t rg_store_f64_f8e5m2(double v) { return rg_f64_to_f8e5m2(v); }
 
+/* ---- threads ---------------------------------------------------------------------------------
+ * Threads take the chunks guided: each takes a share of what is left (ceil(left / threads) chunks), down
+ * to one chunk at the end, so every thread streams long contiguous ranges and they still finish
+ * together. Handing out one chunk at a time interleaved the threads every ~256 KiB, which measured
+ * 0.70 of a copy against 0.82-0.88 guided (llama3 f32 q + k, T = 16384, two threads, while the host's
+ * copy ran at ~100 GB/s). OpenMP expands macros in its pragmas. */
+#define RG_SCHEDULE schedule(guided, 1)
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
@@ -524,7 +532,7 @@ int ropegen_gemma_add_quant_e5m2(const uint16_t *x, const uint16_t *residual, co
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
 #if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads > 1 ? threads : 1) schedule(dynamic, 1) if(rg_nchunks > 1)
+#pragma omp parallel for num_threads(threads > 1 ? threads : 1) RG_SCHEDULE if(rg_nchunks > 1)
 #else
     (void)threads;
 #endif
