@@ -65,9 +65,30 @@ def test_bench_results_are_json_ready_and_formatted():
         assert r["ratio_to_copy"] == pytest.approx(r["yardstick"]["time_min_s"] / r["time_min_s"])
         assert r["sizes"]["T"] == 8
     assert "numpy" in results[0]["peers"] and "time_min_s" in results[0]["peers"]["numpy"]
+    assert results[0]["peers"]["numpy"]["beside_min_s"] > 0       # ropegen timed in the peer's rounds
     json.loads(json.dumps(results))
     text = B.format_results(results)
     assert "llama3_8b" in text and "rms_mixed_types" in text and "ratio" in text
+
+
+def test_peers_are_timed_in_rounds_alternating_with_the_measured_call(monkeypatch):
+    from ropegen.bench import harness
+    calls = []
+    got = harness.timed_beside(lambda: calls.append("peer"), lambda: calls.append("ropegen"), 3, 100)
+    assert calls == ["peer", "ropegen"] * 4        # one warm-up round, then three
+    assert 0 < got["beside_min_s"] and 0 < got["time_min_s"] <= got["time_median_s"]
+    assert "beside_min_s" not in harness.timed_beside(lambda: None, None, 2, 100)
+
+    # the speedup is the peer's time over ropegen's in the peer's own rounds, not in the kernel's
+    op = _op("llama3.rope", "llama3_8b")
+    seen = {}
+
+    def fake_run(names, op_, arrays, nbytes, threads, repeats, measured, beside=None):
+        seen["beside"] = beside
+        return {"numpy": {"time_min_s": 6.0, "time_median_s": 6.0, "gbps": 1.0, "beside_min_s": 2.0}}
+    monkeypatch.setattr(harness.peer_registry, "run", fake_run)
+    r = B.bench([op], threads=1, shapes=["T=8,positions=prefill"], repeats=1, inplace=False)
+    assert callable(seen["beside"]) and r[0]["peers"]["numpy"]["speedup"] == pytest.approx(3.0)
 
 
 def test_numpy_backend_can_be_benched():

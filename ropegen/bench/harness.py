@@ -45,6 +45,19 @@ def interleaved(fns: list[Callable[[], Any]], repeats: int) -> list[list[float]]
     return times
 
 
+def timed_beside(fn: Callable[[], Any], beside: Callable[[], Any] | None, repeats: int, nbytes: int
+                 ) -> dict[str, float]:
+    """A peer's stats, its rounds alternating with `beside` (the measured target's call) when given:
+    then `beside_min_s` is the target's best time in those same rounds. On a host whose memory
+    bandwidth drifts within seconds, a peer timed minutes after the target would be set beside
+    another machine."""
+    ts = interleaved([fn] + ([beside] if beside is not None else []), repeats)
+    out = stats(ts[0], nbytes)
+    if beside is not None:
+        out["beside_min_s"] = min(ts[1])
+    return out
+
+
 # At most this many tokens (rows) a call is decode-sized: there the Python call itself is most of the
 # time, so the bench times the whole call as a user makes it (op.run with NumPy arrays; onnxruntime's
 # session.run), with the bound kernel (op.bind) beside it.
@@ -157,10 +170,10 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
                 rec["ratio_to_copy"] = rec["yardstick"]["time_min_s"] / rec["time_min_s"]
                 rec["peers"] = {}
                 if mode == "out_of_place":
-                    rec["peers"] = peer_registry.run(peers, op, arrays, nbytes, threads, repeats, backend)
-                    for peer in rec["peers"].values():
+                    rec["peers"] = peer_registry.run(peers, op, arrays, nbytes, threads, repeats, backend, run)
+                    for peer in rec["peers"].values():      # against ropegen's time in the peer's own rounds
                         if "time_min_s" in peer:
-                            peer["speedup"] = peer["time_min_s"] / rec["time_min_s"]
+                            peer["speedup"] = peer["time_min_s"] / peer.get("beside_min_s", rec["time_min_s"])
                 results.append(rec)
     return results
 

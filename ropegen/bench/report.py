@@ -77,6 +77,6 @@ def format_results(results: list[dict[str, Any]]) -> str:
     lines.append("GB/s = bytes read + written / min time; copy = the faster of memcpy (cp) and a non-temporal copy "
                  "(nt) out of place, both timed in the run (cp / nt), or an in-place scale (sc), of the same bytes "
                  "with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over "
-                 "them).")
+                 "them, each peer timed in rounds alternating with ropegen's call).")
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ import numpy as np
 from ropegen import ir
 from ropegen.api import Operator
 from ropegen.extras import install_hint
-from ropegen.bench.harness import interleaved, stats
+from ropegen.bench.harness import timed_beside
 from ropegen.ops.rope import forms
 
 # operator kind -> the ggml op this peer runs it as
@@ -180,7 +180,7 @@ def ggml_peer_graph(op: Operator, arrays: dict[str, np.ndarray], threads: int = 
 
 
 def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: int, repeats: int,
-            measured: str) -> dict[str, Any]:
+            measured: str, beside=None) -> dict[str, Any]:
     """ggml's CPU rope (q and k as two ggml_rope_ext nodes of one graph, `threads` threads): the graph
     compute is timed, not its building; its output is compared once with the measured target's."""
     try:
@@ -197,10 +197,10 @@ def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: i
                 scale = float(np.max(np.abs(w))) if w.size else 0.0
                 if scale:
                     diff = max(diff, float(np.max(np.abs(got.astype(np.float64) - w))) / scale)
-            ts = interleaved([graph.compute], repeats)[0]
+            timed = timed_beside(graph.compute, beside, repeats, nbytes)
         finally:
             graph.close()
     except Exception as exc:  # a peer failing is reported, not raised
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
-    return {**stats(ts, nbytes), "note": graph.note, "max_rel_diff": diff}
+    return {**timed, "note": graph.note, "max_rel_diff": diff}
 

@@ -5,17 +5,17 @@ from typing import Any
 
 import numpy as np
 
-from ropegen.bench.harness import interleaved, stats
+from ropegen.bench.harness import timed_beside
 
 # the NumPy backend is slow at benchmark sizes: a few rounds tell its speed
 NUMPY_REPEATS = 3
 
 
 def measure(op, arrays: dict[str, np.ndarray], nbytes: int, threads: int, repeats: int,
-            measured: str) -> dict[str, Any]:
+            measured: str, beside=None) -> dict[str, Any]:
     args = [arrays[n] for n in op.inputs]
     try:
-        ts = interleaved([lambda: op.run(*args, backend="numpy")], max(1, min(repeats, NUMPY_REPEATS)))[0]
+        return timed_beside(lambda: op.run(*args, backend="numpy"), beside, max(1, min(repeats, NUMPY_REPEATS)),
+                            nbytes)
     except Exception as exc:  # a peer failing is reported, not raised
         return {"error": f"{type(exc).__name__}: {exc}"}
-    return stats(ts, nbytes)

@@ -9,7 +9,7 @@ import numpy as np
 from ropegen import ir
 from ropegen.api import Operator
 from ropegen.extras import install_hint
-from ropegen.bench.harness import interleaved, is_decode, stats
+from ropegen.bench.harness import is_decode, timed_beside
 from ropegen.ops.rope import forms
 
 
@@ -121,7 +121,7 @@ def onnx_peer_model(op: Operator, arrays: dict[str, np.ndarray]):
 
 
 def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: int, repeats: int,
-            measured: str) -> dict[str, Any]:
+            measured: str, beside=None) -> dict[str, Any]:
     try:
         import onnxruntime as ort
     except ImportError:
@@ -138,15 +138,13 @@ def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: i
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         if is_decode(op, arrays):   # the whole call, as ropegen's op.run is timed there: NumPy in, out
             dense = {n: np.ascontiguousarray(a) for n, a in feeds.items()}
-            ts = interleaved([lambda: sess.run(None, dense)], repeats)[0]
-            return {**stats(ts, nbytes), "call": "whole"}
+            return {**timed_beside(lambda: sess.run(None, dense), beside, repeats, nbytes), "call": "whole"}
         io = sess.io_binding()
         for n, a in feeds.items():
             io.bind_cpu_input(n, np.ascontiguousarray(a))
         for n, a in outs.items():
             io.bind_output(n, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
-        ts = interleaved([lambda: sess.run_with_iobinding(io)], repeats)[0]
+        return timed_beside(lambda: sess.run_with_iobinding(io), beside, repeats, nbytes)
     except Exception as exc:  # onnxruntime lacking a kernel (e.g. bf16) is a result, not a crash
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-    return stats(ts, nbytes)
 
