@@ -34,11 +34,11 @@ def yard():
 SIZES = [0, 1, 15, 17, 31, 33, 127, 129, 1000, CHUNK_BYTES - 1, CHUNK_BYTES + 37, 3 * CHUNK_BYTES + 5]
 
 
-@pytest.mark.parametrize("isa", ["base", "best"])
+@pytest.mark.parametrize("isa", ["base", "avx2", "best"])
 @pytest.mark.parametrize("name", ["copy", "stream"])
 def test_copies_copy_every_byte_and_nothing_else(yard, monkeypatch, name, isa):
-    if isa == "base":
-        monkeypatch.setenv("ROPEGEN_ISA", "base")     # the SSE2 streaming stores instead of AVX2
+    if isa != "best":
+        monkeypatch.setenv("ROPEGEN_ISA", isa)     # the SSE2 or AVX2 streaming stores, not the widest
     else:
         monkeypatch.delenv("ROPEGEN_ISA", raising=False)
     fn = getattr(yard, name)
@@ -56,7 +56,9 @@ def test_copies_copy_every_byte_and_nothing_else(yard, monkeypatch, name, isa):
 
 def test_stream_isa_follows_the_override(yard, monkeypatch):
     best = yard.stream_isa()
-    assert best in (0, 1, 2)
+    assert best in (0, 1, 2, 3)
+    monkeypatch.setenv("ROPEGEN_ISA", "avx2")
+    assert yard.stream_isa() == min(best, 2)
     monkeypatch.setenv("ROPEGEN_ISA", "base")
     assert yard.stream_isa() == min(best, 1)
 

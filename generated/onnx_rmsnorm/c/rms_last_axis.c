@@ -208,6 +208,50 @@ static int rg_isa(void)
 }
 #endif
 
+#if RG_DISPATCH
+#include <immintrin.h>
+/* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
+ * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
+ * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
+ * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
+ * path of rope.c.j2 (`lanes`) are built from them. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
+static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
+static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_ps(d, v);
+    } else if (nt && ((uintptr_t)(void *)d & 15u) == 0) {
+        _mm_stream_ps(d, _mm256_castps256_ps128(v));
+        _mm_stream_ps(d + 4, _mm256_extractf128_ps(v, 1));
+    } else {
+        _mm256_storeu_ps(d, v);
+    }
+}
+static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_ps(d, v);
+    } else if (nt) {
+        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), nt);
+        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), nt);
+    } else {
+        _mm512_storeu_ps(d, v);
+    }
+}
+/* two vectors out: a at da, b at db */
+static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int nt)
+{
+    rg_vst_f32_avx2(da, a, nt);
+    rg_vst_f32_avx2(db, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int nt)
+{
+    rg_vst_f32_avx512(da, a, nt);
+    rg_vst_f32_avx512(db, b, nt);
+}
+#endif
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -226,6 +270,56 @@ static inline void rg_stream_copy(void *dst, const void *src, size_t n)
     memcpy(d, s, n);
 }
 static inline void rg_stream_fence(void) { _mm_sfence(); }
+#if RG_DISPATCH
+#include <immintrin.h>
+/* The same copy for the AVX2 and AVX-512 loop bodies: 32- and 64-byte streaming stores, four per
+ * iteration. A 64-byte store fills a write-combining buffer at once; 16-byte ones left RMSNorm's bf16
+ * rows waiting on their stores (one thread: 23 -> 30 GB/s with 64-byte stores). */
+static inline RG_TARGET_AVX2 void rg_stream_copy_avx2(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (size_t)(-(uintptr_t)d & 31u);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 128; n -= 128, d += 128, s += 128) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + 32));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + 64));
+        const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(s + 96));
+        _mm256_stream_si256((__m256i *)(void *)d, a);
+        _mm256_stream_si256((__m256i *)(void *)(d + 32), b);
+        _mm256_stream_si256((__m256i *)(void *)(d + 64), c);
+        _mm256_stream_si256((__m256i *)(void *)(d + 96), e);
+    }
+    for (; n >= 32; n -= 32, d += 32, s += 32)
+        _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+    memcpy(d, s, n);
+}
+static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (size_t)(-(uintptr_t)d & 63u);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 256; n -= 256, d += 256, s += 256) {
+        const __m512i a = _mm512_loadu_si512((const void *)s);
+        const __m512i b = _mm512_loadu_si512((const void *)(s + 64));
+        const __m512i c = _mm512_loadu_si512((const void *)(s + 128));
+        const __m512i e = _mm512_loadu_si512((const void *)(s + 192));
+        _mm512_stream_si512((void *)d, a);
+        _mm512_stream_si512((void *)(d + 64), b);
+        _mm512_stream_si512((void *)(d + 128), c);
+        _mm512_stream_si512((void *)(d + 192), e);
+    }
+    for (; n >= 64; n -= 64, d += 64, s += 64)
+        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
+    memcpy(d, s, n);
+}
+#endif
 #else
 #define RG_CAN_STREAM 0
 static inline void rg_stream_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
@@ -296,6 +390,13 @@ static inline rg_stash rg_sum_squares(const float *x)
     return total[0];
 }
 
+#if RG_DISPATCH
+/* the vector row loop's rounding of a normalized vector before the scale multiply: none (f32, or
+ * bf16 rounded after the scale), or onto the bf16 grid by the fast path's carry form, on each lane */
+static inline RG_TARGET_AVX2 __m256 rg_vsame_avx2(__m256 v) { return v; }
+static inline RG_TARGET_AVX512 __m512 rg_vsame_avx512(__m512 v) { return v; }
+#endif
+
 /* rows [r0, r1) */
 static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
@@ -308,16 +409,20 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999997473787516e-06f);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            float *dst = stream ? buf : yr + i0;
+            const int nt = 0;
+            float *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
             }
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
-                dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
+            {
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
+                }
             }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -333,18 +438,30 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
         float *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 4096.0f;
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999997473787516e-06f);
+        const __m256 rg_vinv = _mm256_set1_ps(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            float *dst = stream ? buf : yr + i0;
+            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            float *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
             }
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
-                dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
+            {
+                int64_t i = 0;
+                for (; i + 16 <= n; i += 16) {
+                    const __m256 na = rg_vld_f32_avx2(xr + i0 + i) * rg_vinv;
+                    const __m256 nb = rg_vld_f32_avx2(xr + i0 + i + 8) * rg_vinv;
+                    rg_vstp_f32_avx2(dst + i, dst + i + 8, rg_vsame_avx2(na) * rg_vld_f32_avx2(w + i0 + i),
+                        rg_vsame_avx2(nb) * rg_vld_f32_avx2(w + i0 + i + 8), nt);
+                }
+                for (; i < n; ++i) {
+                    const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
+                }
             }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -359,18 +476,30 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
         float *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 4096.0f;
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999997473787516e-06f);
+        const __m512 rg_vinv = _mm512_set1_ps(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            float *dst = stream ? buf : yr + i0;
+            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            float *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
             }
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
-                dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
+            {
+                int64_t i = 0;
+                for (; i + 32 <= n; i += 32) {
+                    const __m512 na = rg_vld_f32_avx512(xr + i0 + i) * rg_vinv;
+                    const __m512 nb = rg_vld_f32_avx512(xr + i0 + i + 16) * rg_vinv;
+                    rg_vstp_f32_avx512(dst + i, dst + i + 16, rg_vsame_avx512(na) * rg_vld_f32_avx512(w + i0 + i),
+                        rg_vsame_avx512(nb) * rg_vld_f32_avx512(w + i0 + i + 16), nt);
+                }
+                for (; i < n; ++i) {
+                    const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
+                }
             }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();

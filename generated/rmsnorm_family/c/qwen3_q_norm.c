@@ -208,6 +208,156 @@ static int rg_isa(void)
 }
 #endif
 
+#if RG_DISPATCH
+#include <immintrin.h>
+/* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
+ * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
+ * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
+ * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
+ * path of rope.c.j2 (`lanes`) are built from them. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
+static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
+static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
+{
+    if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
+    else _mm_storeu_si128((__m128i *)(void *)d, v);
+}
+static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
+{
+    if (!nt) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_si256((__m256i *)(void *)d, v);
+    } else {
+        rg_put16(d, _mm256_castsi256_si128(v), nt);
+        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+    }
+}
+/* bf16 <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN becoming
+ * sign | 0x7fc0: the same bits as rg_bf16_to_f32 / rg_f32_to_bf16 for every value. */
+static inline RG_TARGET_AVX2 __m256 rg_vld_bf16_avx2(const uint16_t *s)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)s)), 16));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vld_bf16_avx512(const uint16_t *s)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)s)), 16));
+}
+/* the bits of v rounded to nearest even at bit 16 (bf16 in the upper halves; NaNs not handled) */
+static inline RG_TARGET_AVX2 __m256i rg_bf16_rne_avx2(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+}
+static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+}
+static inline RG_TARGET_AVX2 void rg_vst_bf16_avx2(uint16_t *d, __m256 v, int nt)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i near = _mm256_srli_epi32(rg_bf16_rne_avx2(v), 16);
+    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
+                                         _mm256_set1_epi32(0x7fc0));
+    const __m256i w = _mm256_blendv_epi8(near, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    /* eight values below 2^16 in 32-bit lanes, packed to 16 bits without saturating */
+    rg_put16(d, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vst_bf16_avx512(uint16_t *d, __m512 v, int nt)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i near = _mm512_srli_epi32(rg_bf16_rne_avx512(v), 16);
+    const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
+                                         _mm512_set1_epi32(0x7fc0));
+    const __m512i w = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), near, qnan);
+    rg_put32(d, _mm512_cvtepi32_epi16(w), nt);
+}
+static inline RG_TARGET_AVX2 void rg_bf16_in_avx2(float *d, const uint16_t *s, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, rg_vld_bf16_avx2(s + i));
+    for (; i < n; ++i) d[i] = rg_bf16_to_f32(s[i]);
+}
+static inline RG_TARGET_AVX2 void rg_bf16_out_avx2(uint16_t *d, const float *s, int n, int nt)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) rg_vst_bf16_avx2(d + i, _mm256_loadu_ps(s + i), nt);
+    for (; i < n; ++i) d[i] = rg_f32_to_bf16(s[i]);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_in_avx512(float *d, const uint16_t *s, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, rg_vld_bf16_avx512(s + i));
+    rg_bf16_in_avx2(d + i, s + i, n - i);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float *s, int n, int nt)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) rg_vst_bf16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
+    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+}
+/* Two vectors of bf16 out together, fast: rounded to nearest even in 32-bit lanes, the upper halves of
+ * both gathered by a single permutation (AVX2: a pack and a lane swap) without the NaN select; a pair
+ * holding a NaN (one compare of the two) goes through rg_vst_bf16_* (the canonical NaN) instead: the
+ * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. */
+static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+{
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
+        rg_vst_bf16_avx2(da, a, nt);
+        rg_vst_bf16_avx2(db, b, nt);
+        return;
+    }
+    const __m256i ra = rg_bf16_rne_avx2(a), rb = rg_bf16_rne_avx2(b);
+    /* the pack works within 128-bit lanes: quarters 0 2 1 3 put a's eight results, then b's, in order */
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16)), 0xd8);
+    if (db == da + 8) {     /* contiguous (a constant offset: the test folds away): one 32-byte store */
+        rg_put32(da, w, nt);
+        return;
+    }
+    rg_put16(da, _mm256_castsi256_si128(w), nt);
+    rg_put16(db, _mm256_extracti128_si256(w, 1), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
+    if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
+        rg_vst_bf16_avx512(da, a, nt);
+        rg_vst_bf16_avx512(db, b, nt);
+        return;
+    }
+    /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
+    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i ra = rg_bf16_rne_avx512(a), rb = rg_bf16_rne_avx512(b);
+    const __m512i w = _mm512_permutex2var_epi16(ra, idx, rb);
+    if (db == da + 16) {    /* contiguous: one 64-byte store, a whole line when streamed aligned */
+        if (!nt) {
+            _mm512_storeu_si512((void *)da, w);
+            return;
+        }
+        if (((uintptr_t)(void *)da & 63u) == 0) {
+            _mm512_stream_si512((void *)da, w);
+            return;
+        }
+    }
+    rg_put32(da, _mm512_castsi512_si256(w), nt);
+    rg_put32(db, _mm512_extracti64x4_epi64(w, 1), nt);
+}
+/* Rotated bf16 runs out, fast: two vectors at a time by rg_vstp_bf16_*, the tail by rg_bf16_out_*. */
+static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) rg_vstp_bf16_avx2(d + i, d + i + 8, _mm256_loadu_ps(s + i), _mm256_loadu_ps(s + i + 8), nt);
+    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+}
+static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int nt)
+{
+    int i = 0;
+    for (; i + 32 <= n; i += 32) rg_vstp_bf16_avx512(d + i, d + i + 16, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16), nt);
+    rg_bf16_out_avx512(d + i, s + i, n - i, nt);
+}
+#endif
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -226,6 +376,56 @@ static inline void rg_stream_copy(void *dst, const void *src, size_t n)
     memcpy(d, s, n);
 }
 static inline void rg_stream_fence(void) { _mm_sfence(); }
+#if RG_DISPATCH
+#include <immintrin.h>
+/* The same copy for the AVX2 and AVX-512 loop bodies: 32- and 64-byte streaming stores, four per
+ * iteration. A 64-byte store fills a write-combining buffer at once; 16-byte ones left RMSNorm's bf16
+ * rows waiting on their stores (one thread: 23 -> 30 GB/s with 64-byte stores). */
+static inline RG_TARGET_AVX2 void rg_stream_copy_avx2(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (size_t)(-(uintptr_t)d & 31u);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 128; n -= 128, d += 128, s += 128) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + 32));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + 64));
+        const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(s + 96));
+        _mm256_stream_si256((__m256i *)(void *)d, a);
+        _mm256_stream_si256((__m256i *)(void *)(d + 32), b);
+        _mm256_stream_si256((__m256i *)(void *)(d + 64), c);
+        _mm256_stream_si256((__m256i *)(void *)(d + 96), e);
+    }
+    for (; n >= 32; n -= 32, d += 32, s += 32)
+        _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+    memcpy(d, s, n);
+}
+static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (size_t)(-(uintptr_t)d & 63u);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 256; n -= 256, d += 256, s += 256) {
+        const __m512i a = _mm512_loadu_si512((const void *)s);
+        const __m512i b = _mm512_loadu_si512((const void *)(s + 64));
+        const __m512i c = _mm512_loadu_si512((const void *)(s + 128));
+        const __m512i e = _mm512_loadu_si512((const void *)(s + 192));
+        _mm512_stream_si512((void *)d, a);
+        _mm512_stream_si512((void *)(d + 64), b);
+        _mm512_stream_si512((void *)(d + 128), c);
+        _mm512_stream_si512((void *)(d + 192), e);
+    }
+    for (; n >= 64; n -= 64, d += 64, s += 64)
+        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
+    memcpy(d, s, n);
+}
+#endif
 #else
 #define RG_CAN_STREAM 0
 static inline void rg_stream_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
@@ -304,6 +504,21 @@ static inline uint32_t rg_rms_bf16_carry(float f) { uint32_t u = rg_f32_bits(f);
 static inline rg_prod rg_rms_norm_fast(rg_stash v) { return rg_bits_f32(rg_rms_bf16_carry(v) & 0xffff0000u); }
 static inline uint16_t rg_rms_y_fast(rg_prod v) { return (uint16_t)(rg_rms_bf16_carry(v) >> 16); }
 
+#if RG_DISPATCH
+/* the vector row loop's rounding of a normalized vector before the scale multiply: none (f32, or
+ * bf16 rounded after the scale), or onto the bf16 grid by the fast path's carry form, on each lane */
+static inline RG_TARGET_AVX2 __m256 rg_vsame_avx2(__m256 v) { return v; }
+static inline RG_TARGET_AVX512 __m512 rg_vsame_avx512(__m512 v) { return v; }
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_bf16_avx2(__m256 v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(rg_bf16_rne_avx2(v), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_bf16_avx512(__m512 v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(rg_bf16_rne_avx512(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
+#endif
+
 /* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
@@ -317,23 +532,26 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            uint16_t *dst = stream ? buf : yr + i0;
+            const int nt = 0;
+            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
             }
             if (fast) {
-                for (int64_t i = 0; i < n; ++i) {
+                int64_t i = 0;
+                for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
-                dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                }
             }
-            }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -349,26 +567,37 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
         uint16_t *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 128.0f;
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999999747524271e-07f);
+        const __m256 rg_vinv = _mm256_set1_ps(inv_rms);
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            uint16_t *dst = stream ? buf : yr + i0;
+            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
             }
             if (fast) {
-                for (int64_t i = 0; i < n; ++i) {
+                int64_t i = 0;
+                for (; i + 16 <= n; i += 16) {
+                    const __m256 na = rg_vld_bf16_avx2(xr + i0 + i) * rg_vinv;
+                    const __m256 nb = rg_vld_bf16_avx2(xr + i0 + i + 8) * rg_vinv;
+                    rg_vstp_bf16_avx2(dst + i, dst + i + 8, rg_vgrid_bf16_avx2(na) * rg_vld_f32_avx2(w + i0 + i),
+                        rg_vgrid_bf16_avx2(nb) * rg_vld_f32_avx2(w + i0 + i + 8), nt);
+                }
+                for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
-                dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                }
             }
-            }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -383,26 +612,37 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         uint16_t *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 128.0f;
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999999747524271e-07f);
+        const __m512 rg_vinv = _mm512_set1_ps(inv_rms);
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            uint16_t *dst = stream ? buf : yr + i0;
+            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
             }
             if (fast) {
-                for (int64_t i = 0; i < n; ++i) {
+                int64_t i = 0;
+                for (; i + 32 <= n; i += 32) {
+                    const __m512 na = rg_vld_bf16_avx512(xr + i0 + i) * rg_vinv;
+                    const __m512 nb = rg_vld_bf16_avx512(xr + i0 + i + 16) * rg_vinv;
+                    rg_vstp_bf16_avx512(dst + i, dst + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i0 + i),
+                        rg_vgrid_bf16_avx512(nb) * rg_vld_f32_avx512(w + i0 + i + 16), nt);
+                }
+                for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
-                dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
+                    dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                }
             }
-            }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();

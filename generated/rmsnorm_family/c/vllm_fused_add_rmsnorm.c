@@ -226,6 +226,56 @@ static inline void rg_stream_copy(void *dst, const void *src, size_t n)
     memcpy(d, s, n);
 }
 static inline void rg_stream_fence(void) { _mm_sfence(); }
+#if RG_DISPATCH
+#include <immintrin.h>
+/* The same copy for the AVX2 and AVX-512 loop bodies: 32- and 64-byte streaming stores, four per
+ * iteration. A 64-byte store fills a write-combining buffer at once; 16-byte ones left RMSNorm's bf16
+ * rows waiting on their stores (one thread: 23 -> 30 GB/s with 64-byte stores). */
+static inline RG_TARGET_AVX2 void rg_stream_copy_avx2(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (size_t)(-(uintptr_t)d & 31u);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 128; n -= 128, d += 128, s += 128) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + 32));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + 64));
+        const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(s + 96));
+        _mm256_stream_si256((__m256i *)(void *)d, a);
+        _mm256_stream_si256((__m256i *)(void *)(d + 32), b);
+        _mm256_stream_si256((__m256i *)(void *)(d + 64), c);
+        _mm256_stream_si256((__m256i *)(void *)(d + 96), e);
+    }
+    for (; n >= 32; n -= 32, d += 32, s += 32)
+        _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+    memcpy(d, s, n);
+}
+static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (size_t)(-(uintptr_t)d & 63u);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 256; n -= 256, d += 256, s += 256) {
+        const __m512i a = _mm512_loadu_si512((const void *)s);
+        const __m512i b = _mm512_loadu_si512((const void *)(s + 64));
+        const __m512i c = _mm512_loadu_si512((const void *)(s + 128));
+        const __m512i e = _mm512_loadu_si512((const void *)(s + 192));
+        _mm512_stream_si512((void *)d, a);
+        _mm512_stream_si512((void *)(d + 64), b);
+        _mm512_stream_si512((void *)(d + 128), c);
+        _mm512_stream_si512((void *)(d + 192), e);
+    }
+    for (; n >= 64; n -= 64, d += 64, s += 64)
+        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
+    memcpy(d, s, n);
+}
+#endif
 #else
 #define RG_CAN_STREAM 0
 static inline void rg_stream_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
@@ -327,7 +377,8 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            uint16_t *dst = stream ? buf : yr + i0;
+            const int nt = 0;
+            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
@@ -342,17 +393,19 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
             }
             memcpy(hr + i0, hp, (size_t)n * sizeof hp[0]);
             if (fast) {
-                for (int64_t i = 0; i < n; ++i) {
+                int64_t i = 0;
+                for (; i < n; ++i) {
                     const rg_stash normalized = s[i] * inv_rms;
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = s[i] * inv_rms;
-                dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = s[i] * inv_rms;
+                    dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                }
             }
-            }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -375,7 +428,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            uint16_t *dst = stream ? buf : yr + i0;
+            const int nt = 0;
+            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
@@ -390,17 +444,19 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
             }
             memcpy(hr + i0, hp, (size_t)n * sizeof hp[0]);
             if (fast) {
-                for (int64_t i = 0; i < n; ++i) {
+                int64_t i = 0;
+                for (; i < n; ++i) {
                     const rg_stash normalized = s[i] * inv_rms;
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = s[i] * inv_rms;
-                dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = s[i] * inv_rms;
+                    dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                }
             }
-            }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -422,7 +478,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *re
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            uint16_t *dst = stream ? buf : yr + i0;
+            const int nt = 0;
+            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 const char *next = (const char *)(xr + RG_N + i0);
                 for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
@@ -437,17 +494,19 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *re
             }
             memcpy(hr + i0, hp, (size_t)n * sizeof hp[0]);
             if (fast) {
-                for (int64_t i = 0; i < n; ++i) {
+                int64_t i = 0;
+                for (; i < n; ++i) {
                     const rg_stash normalized = s[i] * inv_rms;
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
-            for (int64_t i = 0; i < n; ++i) {
-                const rg_stash normalized = s[i] * inv_rms;
-                dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                int64_t i = 0;
+                for (; i < n; ++i) {
+                    const rg_stash normalized = s[i] * inv_rms;
+                    dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f32_bf16(normalized)) * w[i0 + i]);
+                }
             }
-            }
-            if (stream) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !nt) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();

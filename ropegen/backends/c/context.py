@@ -288,6 +288,28 @@ def _rms_block(lanes: int, n: int) -> int:
     return min(lanes * 64, max(sums, n // sums * sums))
 
 
+def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> dict[str, Any]:
+    """The vector row loop of the AVX2 / AVX-512 variants (rmsnorm.c.j2): x loaded (and converted) into
+    vector registers, normalized, scaled, and y stored (converted, non-temporal when streaming) straight to
+    the output, two vectors at a time, instead of through the piece buffer and a streaming copy. f32 rows
+    in every row path; bf16 rows in the fast one only, which has no NaN, so that the normalized value's
+    rounding is the carry form on each lane. Each lane computes the scalar formula: the same bits.
+    rms_vec_fast / rms_vec_exact: variant -> its form, for the fast and the exact row loop."""
+    t = p.x.name
+    if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
+            or t not in ("f32", "bf16")):
+        return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={})
+
+    def form(isa: str, width: int) -> dict[str, Any]:
+        return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
+                    set1={8: "_mm256_set1_ps", 16: "_mm512_set1_ps"}[width],
+                    ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}", stp=f"rg_vstp_{t}_{isa}",
+                    grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}")
+    forms = {"rg_run_avx2": form("avx2", 8), "rg_run_avx512": form("avx512", 16)}
+    return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
+                rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x))
+
+
 def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     params = rms_abi(p)
     stash = p.stash.name
@@ -327,6 +349,7 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         fp8=bool(p.quant_scale), qscale=_name(params, "in", p.quant_scale) if p.quant_scale else "",
         load_unq=facts.load(y_unq.name, "f32") if p.quant_scale else "",
         store_q=facts.store("f32", p.y.name) if p.quant_scale else "",
+        **_rms_vectors(p, stash, product, norm_carry),
     )
 
 
