@@ -458,6 +458,7 @@ static inline void rg_angles(const uint16_t *cos_row, const uint16_t *sin_row, r
     }
 }
 
+
 /* the arguments of one call, shared by the threads */
 struct rg_args {
     const uint16_t *q;

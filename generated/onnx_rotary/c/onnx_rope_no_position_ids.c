@@ -308,6 +308,7 @@ static inline void rg_angles(const float *cos_row, const float *sin_row, rg_c *r
     }
 }
 
+
 /* the arguments of one call, shared by the threads */
 struct rg_args {
     const float *x;

@@ -83,7 +83,10 @@ def _table(p: RopePlan, a: TableAnglesPlan, arith: str, params: list[Param]) -> 
                 # elements per table row, and where sin starts in its row (a fused cos_sin cache: both)
                 table_stride=a.width + a.sin_column, sin_shift=f" + {a.sin_column}" if a.sin_column else "",
                 table_rows=None if a.per_token else _size(p.ir.tensor(a.cos).axes[0].size, params),
-                table_by_position=not a.per_token)
+                table_by_position=not a.per_token,
+                # rows picked by a positions input can lie anywhere in the table (decode, random
+                # positions): the next token's rows are fetched while this one is rotated
+                table_prefetch=not a.per_token and p.positions.kind.value == "ids" and p.token_order != "sb")
 
 
 # planned angles' kind (the templates' angles_kind) -> (its values; freq_factors divide in this type)
