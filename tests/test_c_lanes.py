@@ -25,7 +25,8 @@ pytestmark = [
     pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2 / AVX-512 are x86 extensions"),
 ]
 
-# beside the examples: sections of 16 and 24 pairs (eight lanes in both variants, three position streams)
+# beside the examples: sections of 16 and 24 pairs (eight lanes in both variants, three position streams),
+# bf16 pairs in runs of 48 (AVX2 deals them; AVX-512 pairs them: 32 does not divide 48)
 # f16 partial rotary (a passthrough tail) and bf16 interleaved pairs, in float arithmetic
 EXTRA = """
 rope mrope_f16_f32 {
@@ -45,6 +46,15 @@ rope partial_f16_f32 {
     out y = rotate(x)
     pairing    = neox
     rotary_dim = 32
+    positions  = pos
+    angles     = computed(base = 10000)
+    compute    = f32
+}
+rope neox96_bf16_f32 {
+    in x:   bf16[tokens=T, heads=3, head_dim=96]
+    in pos: i32[T]
+    out y = rotate(x)
+    pairing    = neox
     positions  = pos
     angles     = computed(base = 10000)
     compute    = f32
@@ -123,9 +133,15 @@ def test_which_plans_take_the_lanes_path():
     op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
     src = BACKEND.sources(op.plan, "llama3.rope")["llama3_8b.c"]
     avx512 = src[src.index("void rg_run_avx512("):]
-    assert "rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j)" in avx512
-    assert "rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt)" in avx512
+    # bf16 runs, 32 pairs a step: loaded whole and dealt into even / odd lanes, stored whole
+    assert "rg_vldd_bf16_avx512(rg_x + 0 + rg_j, &xa, &xa1)" in avx512
+    assert "rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt)" in avx512
+    assert "rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 16)" in avx512
     assert "rg_vld_" not in src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
+    # 48 pairs: dealt by AVX2 (16 a step), paired by AVX-512 (32 do not divide 48)
+    forms = names["neox96_bf16_f32"]
+    assert forms["rg_run_avx2"]["deal"] and not forms["rg_run_avx512"]["deal"]
+    assert forms["rg_run_avx512"]["w"] == 16 and forms["rg_run_avx512"]["paired"]
 
 
 def test_the_lane_examples_cover_every_storage_type():
@@ -134,6 +150,8 @@ def test_the_lane_examples_cover_every_storage_type():
     assert {op.plan.storage.name for op in woven} == {"f32", "f16", "bf16"}
     assert any(op.plan.passthrough and op.plan.storage.name == "f16" for op in LANE_OPS)
     assert any(len(op.plan.blocks) > 1 for op in LANE_OPS)
+    dealt = {op.name for op in LANE_OPS if rope_context(op.plan)["lanes"]["rg_run_avx512"]["deal"]}
+    assert "llama3_8b" in dealt and "neox96_bf16_f32" not in dealt
 
 
 @pytest.mark.parametrize("op", LANE_OPS, ids=[op.name for op in LANE_OPS])
@@ -153,7 +171,7 @@ def test_every_variant_streamed_or_not_gives_the_baseline_bits(op, monkeypatch):
 
 
 LLAMA = [op for op in LANE_OPS if op.name in ("llama3_8b", "llama3_8b_f16", "dynamic_ntk", "hf_llama_per_token",
-                                              "ggml_normal", "dynamic_ntk_packed", "gptj_bf16_f32")]
+                                              "ggml_normal", "dynamic_ntk_packed", "gptj_bf16_f32", "neox96_bf16_f32")]
 
 
 @pytest.mark.parametrize("op", LLAMA, ids=[op.name for op in LLAMA])

@@ -355,6 +355,68 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const f
     for (; i + 32 <= n; i += 32) rg_vstp_bf16_avx512(d + i, d + i + 16, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16), nt);
     rg_bf16_out_avx512(d + i, s + i, n - i, nt);
 }
+/* bf16 dealt: 2w consecutive values in one register, the even ones as float from the lower halves of
+ * the 32-bit lanes (shifted up), the odd ones from the upper halves (masked): no conversion
+ * instruction, no permutation. Stored back by rounding both to nearest even in 32-bit lanes and
+ * merging the upper halves (odd) with the shifted-down ones (even): one full-width store. A register
+ * holding a NaN rounds it to the canonical quiet NaN of its sign, as rg_vst_bf16_* does. */
+static inline RG_TARGET_AVX2 void rg_vldd_bf16_avx2(const uint16_t *s, __m256 *even, __m256 *odd)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)s);
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 void rg_vldd_bf16_avx512(const uint16_t *s, __m512 *even, __m512 *odd)
+{
+    const __m512i v = _mm512_loadu_si512((const void *)s);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+}
+/* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN */
+static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)
+{
+    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32((int)0x80000000u)),
+                                         _mm256_set1_epi32(0x7fc00000));
+    return _mm256_blendv_epi8(rg_bf16_rne_avx2(v), qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+static inline RG_TARGET_AVX512 __m512i rg_bf16_word_avx512(__m512 v)
+{
+    const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)),
+                                         _mm512_set1_epi32(0x7fc00000));
+    return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rg_bf16_rne_avx512(v), qnan);
+}
+static inline RG_TARGET_AVX2 void rg_vstd_bf16_avx2(uint16_t *d, __m256 even, __m256 odd, int nt)
+{
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q));
+    const __m256i we = nan ? rg_bf16_word_avx2(even) : rg_bf16_rne_avx2(even);
+    const __m256i wo = nan ? rg_bf16_word_avx2(odd) : rg_bf16_rne_avx2(odd);
+    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstd_bf16_avx512(uint16_t *d, __m512 even, __m512 odd, int nt)
+{
+    const int nan = _mm512_cmp_ps_mask(even, odd, _CMP_UNORD_Q) != 0;
+    const __m512i we = nan ? rg_bf16_word_avx512(even) : rg_bf16_rne_avx512(even);
+    const __m512i wo = nan ? rg_bf16_word_avx512(odd) : rg_bf16_rne_avx512(odd);
+    const __m512i w = _mm512_or_si512(_mm512_and_si512(wo, _mm512_set1_epi32((int)0xffff0000u)), _mm512_srli_epi32(we, 16));
+    if (!nt) {
+        _mm512_storeu_si512((void *)d, w);
+    } else if (((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_si512((void *)d, w);
+    } else {
+        rg_put32(d, _mm512_castsi512_si256(w), nt);
+        rg_put32(d + 16, _mm512_extracti64x4_epi64(w, 1), nt);
+    }
+}
+/* n columns (a multiple of 2w) dealt in groups of 2w: each group's even columns, then its odd ones */
+static inline void rg_deal_cols(const float *c, float *d, int n, int w)
+{
+    for (int g = 0; g < n; g += 2 * w) {
+        for (int i = 0; i < w; ++i) {
+            d[g + i] = c[g + 2 * i];
+            d[g + w + i] = c[g + 2 * i + 1];
+        }
+    }
+}
 #endif
 
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so

@@ -355,6 +355,68 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const f
     for (; i + 32 <= n; i += 32) rg_vstp_bf16_avx512(d + i, d + i + 16, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16), nt);
     rg_bf16_out_avx512(d + i, s + i, n - i, nt);
 }
+/* bf16 dealt: 2w consecutive values in one register, the even ones as float from the lower halves of
+ * the 32-bit lanes (shifted up), the odd ones from the upper halves (masked): no conversion
+ * instruction, no permutation. Stored back by rounding both to nearest even in 32-bit lanes and
+ * merging the upper halves (odd) with the shifted-down ones (even): one full-width store. A register
+ * holding a NaN rounds it to the canonical quiet NaN of its sign, as rg_vst_bf16_* does. */
+static inline RG_TARGET_AVX2 void rg_vldd_bf16_avx2(const uint16_t *s, __m256 *even, __m256 *odd)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)s);
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 void rg_vldd_bf16_avx512(const uint16_t *s, __m512 *even, __m512 *odd)
+{
+    const __m512i v = _mm512_loadu_si512((const void *)s);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+}
+/* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN */
+static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)
+{
+    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32((int)0x80000000u)),
+                                         _mm256_set1_epi32(0x7fc00000));
+    return _mm256_blendv_epi8(rg_bf16_rne_avx2(v), qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+static inline RG_TARGET_AVX512 __m512i rg_bf16_word_avx512(__m512 v)
+{
+    const __m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)),
+                                         _mm512_set1_epi32(0x7fc00000));
+    return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rg_bf16_rne_avx512(v), qnan);
+}
+static inline RG_TARGET_AVX2 void rg_vstd_bf16_avx2(uint16_t *d, __m256 even, __m256 odd, int nt)
+{
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q));
+    const __m256i we = nan ? rg_bf16_word_avx2(even) : rg_bf16_rne_avx2(even);
+    const __m256i wo = nan ? rg_bf16_word_avx2(odd) : rg_bf16_rne_avx2(odd);
+    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstd_bf16_avx512(uint16_t *d, __m512 even, __m512 odd, int nt)
+{
+    const int nan = _mm512_cmp_ps_mask(even, odd, _CMP_UNORD_Q) != 0;
+    const __m512i we = nan ? rg_bf16_word_avx512(even) : rg_bf16_rne_avx512(even);
+    const __m512i wo = nan ? rg_bf16_word_avx512(odd) : rg_bf16_rne_avx512(odd);
+    const __m512i w = _mm512_or_si512(_mm512_and_si512(wo, _mm512_set1_epi32((int)0xffff0000u)), _mm512_srli_epi32(we, 16));
+    if (!nt) {
+        _mm512_storeu_si512((void *)d, w);
+    } else if (((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_si512((void *)d, w);
+    } else {
+        rg_put32(d, _mm512_castsi512_si256(w), nt);
+        rg_put32(d + 16, _mm512_extracti64x4_epi64(w, 1), nt);
+    }
+}
+/* n columns (a multiple of 2w) dealt in groups of 2w: each group's even columns, then its odd ones */
+static inline void rg_deal_cols(const float *c, float *d, int n, int w)
+{
+    for (int g = 0; g < n; g += 2 * w) {
+        for (int i = 0; i < w; ++i) {
+            d[g + i] = c[g + 2 * i];
+            d[g + w + i] = c[g + 2 * i + 1];
+        }
+    }
+}
 #endif
 
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
@@ -626,6 +688,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosd0[RG_NCOLS], rg_sind0[RG_NCOLS];      /* the columns dealt as the pairs are (rg_deal_cols) */
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
@@ -636,6 +699,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         const int64_t rg_p0 = (int64_t)positions[rg_tm];
 
         rg_angles(cos + rg_p0 * 64, sin + rg_p0 * 64, rg_cos0, rg_sin0);
+        rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 8);
+        rg_deal_cols(rg_sin0, rg_sind0, RG_NCOLS, 8);
         if (rg_t + 1 < rg_t1) {
             const int64_t rg_pn = (int64_t)positions[rg_tm + 1];
             rg_prefetch_row(cos + rg_pn * 64);
@@ -657,17 +722,22 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
-                        const __m256 cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        /* 16 pairs: the even ones in xa, xb, ya, yb; the odd ones in xa1, ..., yb1 */
+                        __m256 xa, xa1, xb, xb1;
+                        rg_vldd_bf16_avx2(rg_x + 0 + rg_j, &xa, &xa1);
+                        rg_vldd_bf16_avx2(rg_x + 64 + rg_j, &xb, &xb1);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cosd0 + 0 + rg_j), ca1 = rg_vld_f32_avx2(rg_cosd0 + 0 + rg_j + 8);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sind0 + 0 + rg_j), sa1 = rg_vld_f32_avx2(rg_sind0 + 0 + rg_j + 8);
+                        const __m256 cb = ca, sb = sa, cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
                         const __m256 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
+                        const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
+                        rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
+                        rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -689,17 +759,22 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
-                        const __m256 cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        /* 16 pairs: the even ones in xa, xb, ya, yb; the odd ones in xa1, ..., yb1 */
+                        __m256 xa, xa1, xb, xb1;
+                        rg_vldd_bf16_avx2(rg_x + 0 + rg_j, &xa, &xa1);
+                        rg_vldd_bf16_avx2(rg_x + 64 + rg_j, &xb, &xb1);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cosd0 + 0 + rg_j), ca1 = rg_vld_f32_avx2(rg_cosd0 + 0 + rg_j + 8);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sind0 + 0 + rg_j), sa1 = rg_vld_f32_avx2(rg_sind0 + 0 + rg_j + 8);
+                        const __m256 cb = ca, sb = sa, cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
                         const __m256 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
+                        const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
+                        rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
+                        rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -735,6 +810,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosd0[RG_NCOLS], rg_sind0[RG_NCOLS];      /* the columns dealt as the pairs are (rg_deal_cols) */
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)cos; (void)sin; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)P; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
@@ -745,6 +821,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         const int64_t rg_p0 = (int64_t)positions[rg_tm];
 
         rg_angles(cos + rg_p0 * 64, sin + rg_p0 * 64, rg_cos0, rg_sin0);
+        rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 16);
+        rg_deal_cols(rg_sin0, rg_sind0, RG_NCOLS, 16);
         if (rg_t + 1 < rg_t1) {
             const int64_t rg_pn = (int64_t)positions[rg_tm + 1];
             rg_prefetch_row(cos + rg_pn * 64);
@@ -766,17 +844,22 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
-                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
-                        const __m512 cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 32) {
+                        /* 32 pairs: the even ones in xa, xb, ya, yb; the odd ones in xa1, ..., yb1 */
+                        __m512 xa, xa1, xb, xb1;
+                        rg_vldd_bf16_avx512(rg_x + 0 + rg_j, &xa, &xa1);
+                        rg_vldd_bf16_avx512(rg_x + 64 + rg_j, &xb, &xb1);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cosd0 + 0 + rg_j), ca1 = rg_vld_f32_avx512(rg_cosd0 + 0 + rg_j + 16);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sind0 + 0 + rg_j), sa1 = rg_vld_f32_avx512(rg_sind0 + 0 + rg_j + 16);
+                        const __m512 cb = ca, sb = sa, cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
                         const __m512 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
+                        const __m512 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m512 yb1 = ((xb1 * cb1) + (xa1 * sb1));
+                        rg_vstd_bf16_avx512(rg_y + 0 + rg_j, ya, ya1, rg_nt);
+                        rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
@@ -798,17 +881,22 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
-                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
-                        const __m512 cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 64; rg_j += 32) {
+                        /* 32 pairs: the even ones in xa, xb, ya, yb; the odd ones in xa1, ..., yb1 */
+                        __m512 xa, xa1, xb, xb1;
+                        rg_vldd_bf16_avx512(rg_x + 0 + rg_j, &xa, &xa1);
+                        rg_vldd_bf16_avx512(rg_x + 64 + rg_j, &xb, &xb1);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cosd0 + 0 + rg_j), ca1 = rg_vld_f32_avx512(rg_cosd0 + 0 + rg_j + 16);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sind0 + 0 + rg_j), sa1 = rg_vld_f32_avx512(rg_sind0 + 0 + rg_j + 16);
+                        const __m512 cb = ca, sb = sa, cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
                         const __m512 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
+                        const __m512 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m512 yb1 = ((xb1 * cb1) + (xa1 * sb1));
+                        rg_vstd_bf16_avx512(rg_y + 0 + rg_j, ya, ya1, rg_nt);
+                        rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);

@@ -216,11 +216,20 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         return dict(lanes={}, lanes_t="", lanes_interleaved=False)
     t = p.storage.name
 
+    def dealt(width: int) -> bool:
+        # bf16 runs, two registers of pairs a step: loaded and stored whole, the even and odd values
+        # split between the halves of the 32-bit lanes (rg_vldd_bf16_*), columns dealt to match
+        step = 2 * width
+        return t == "bf16" and runs and p.n_cols % step == 0 and all(
+            b.count % step == 0 and b.ca0 % step == 0 and b.same_columns for b in p.blocks)
+
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
                     st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16",
                     col=f"rg_vld_f32_{isa}", ld2=f"rg_vld2_{t}_{isa}",
-                    st2=f"rg_vst2_{t}_{isa}", pairs="runs" if runs else "interleaved")
+                    st2=f"rg_vst2_{t}_{isa}", pairs="runs" if runs else "interleaved",
+                    deal=dealt(width), step=2 * width if dealt(width) else width,
+                    ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}")
 
     def divides(width: int) -> bool:
         return all(b.count % width == 0 for b in p.blocks)
