@@ -142,6 +142,9 @@ def test_which_plans_take_the_lanes_path():
     forms = names["neox96_bf16_f32"]
     assert forms["rg_run_avx2"]["deal"] and not forms["rg_run_avx512"]["deal"]
     assert forms["rg_run_avx512"]["w"] == 16 and forms["rg_run_avx512"]["paired"]
+    # interleaved bf16 pairs lie in the halves of 32-bit lanes already: loaded and stored dealt
+    assert names["gptj_bf16_f32"]["rg_run_avx512"]["ld2"] == "rg_vldd_bf16_avx512"
+    assert names["gptj_bf16_f32"]["rg_run_avx2"]["st2"] == "rg_vstd_bf16_avx2"
 
 
 def test_the_lane_examples_cover_every_storage_type():

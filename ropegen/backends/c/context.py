@@ -226,8 +226,9 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
                     st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16",
-                    col=f"rg_vld_f32_{isa}", ld2=f"rg_vld2_{t}_{isa}",
-                    st2=f"rg_vst2_{t}_{isa}", pairs="runs" if runs else "interleaved",
+                    # interleaved bf16 pairs already lie in the halves of 32-bit lanes: dealt, not permuted
+                    col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{'d' if t == 'bf16' else '2'}_{t}_{isa}",
+                    st2=f"rg_vst{'d' if t == 'bf16' else '2'}_{t}_{isa}", pairs="runs" if runs else "interleaved",
                     deal=dealt(width), step=2 * width if dealt(width) else width,
                     ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}")
 
