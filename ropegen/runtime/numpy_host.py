@@ -23,6 +23,7 @@ import numpy as np
 from ropegen.ir.dtypes import DTYPES, DType
 from ropegen.lower.strides import apply, element_strides
 from ropegen.runtime import aliasing
+from ropegen.runtime.aligned import empty as empty_aligned
 from ropegen.runtime.host import DENSE, ROTATED, SCALAR, Convention, Rules
 
 # The layout rules of the CPU backends, so that they take and refuse the same calls: the generated C
@@ -118,7 +119,7 @@ class HostMemory:
         return HostArray.of(np.require(a.array, requirements="CA"))
 
     def empty(self, shape: tuple[int, ...], dtype: DType) -> HostArray:
-        return HostArray.of(np.empty(shape, dtype=dtype.np_dtype))
+        return HostArray.of(empty_aligned(shape, dtype.np_dtype))
 
     def output(self, obj: Any) -> HostArray | None:
         return HostArray.of(obj) if isinstance(obj, np.ndarray) else None
@@ -256,7 +257,7 @@ class HostCall:
         if mode == ALLOCATED:
             for j, i in self.ptr_in:
                 values[j] = read(taken[i])
-            outputs = tuple([np.empty(shape, dtype) for shape, dtype in out_shapes])
+            outputs = tuple([empty_aligned(shape, dtype) for shape, dtype in out_shapes])
             for j, o in self.ptr_out:
                 values[j] = read(outputs[o])
         else:
@@ -329,7 +330,7 @@ class HostCall:
             shape = taken[self.srcs[j]].shape
             out_shapes.append((shape, o.dtype.np_dtype))
             # a new array is C-contiguous and aligned, as bind allocates it
-            y = np.empty(shape, o.dtype.np_dtype) if mode == ALLOCATED else \
+            y = empty_aligned(shape, o.dtype.np_dtype) if mode == ALLOCATED else \
                 taken[self.srcs[j]] if mode == IN_PLACE else out[j]
             ys.append(y)
             if y.shape != shape:
