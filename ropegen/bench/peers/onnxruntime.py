@@ -135,6 +135,10 @@ def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: i
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
+        # no spin-waiting after a run: its rounds alternate with ropegen's call (harness.timed_beside),
+        # and on a small host its spinning pool threads took the cores from ropegen's next call
+        # (RMSNorm 4096 x 16384, two threads: 7.1 ms in ropegen's own rounds, 9.7-14 ms between them)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         if is_decode(op, arrays):   # the whole call, as ropegen's op.run is timed there: NumPy in, out
             dense = {n: np.ascontiguousarray(a) for n, a in feeds.items()}
