@@ -9,6 +9,7 @@ whose cost is what a decode call feels; a view of a larger buffer costs about a 
 from __future__ import annotations
 
 from math import prod
+from typing import Callable
 
 import numpy as np
 
@@ -17,12 +18,19 @@ LINE = 64
 ALIGN_MIN_BYTES = 1 << 20
 
 
-def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """np.empty(shape, dtype) (dtype a np.dtype), starting on a 64-byte boundary when it has
-    ALIGN_MIN_BYTES or more. The size test is all a small array pays (about 0.1 us)."""
+def allocator(shape: tuple[int, ...], dtype: np.dtype) -> Callable[[tuple[int, ...], np.dtype], np.ndarray]:
+    """How an output of this shape and dtype (a np.dtype) is allocated: np.empty when it is small, on a
+    line when it has ALIGN_MIN_BYTES or more. A bound call asks once per output."""
+    return np.empty if dtype.itemsize * prod(shape) < ALIGN_MIN_BYTES else _on_a_line
+
+
+def _on_a_line(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     nbytes = dtype.itemsize * prod(shape)
-    if nbytes < ALIGN_MIN_BYTES:
-        return np.empty(shape, dtype)
     raw = np.empty(nbytes + LINE, np.uint8)
     start = -raw.ctypes.data % LINE
     return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """np.empty(shape, dtype), starting on a 64-byte boundary when it has ALIGN_MIN_BYTES or more."""
+    return allocator(shape, dtype)(shape, dtype)

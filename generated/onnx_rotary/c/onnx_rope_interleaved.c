@@ -234,6 +234,18 @@ static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
         rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
     }
 }
+/* 64 bytes: one store, a whole line when streamed aligned */
+static inline RG_TARGET_AVX512 void rg_put64(uint16_t *d, __m512i v, int nt)
+{
+    if (!nt) {
+        _mm512_storeu_si512((void *)d, v);
+    } else if (((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_si512((void *)d, v);
+    } else {
+        rg_put32(d, _mm512_castsi512_si256(v), nt);
+        rg_put32(d + 16, _mm512_extracti64x4_epi64(v, 1), nt);
+    }
+}
 /* f16 <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR): the
  * same bits as rg_f16_to_f32 / rg_f32_to_f16 for every value but signalling NaNs, which the
  * instructions quiet (set the top payload bit). The run tails take the scalar F16C forms, so that

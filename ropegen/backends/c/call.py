@@ -5,7 +5,6 @@ one signature), whose ctypes arguments are built once."""
 from __future__ import annotations
 
 import ctypes
-from math import prod
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -17,8 +16,7 @@ from ropegen.lower import status
 from ropegen.lower.status import Status
 from ropegen.ops.rope.frequency_rows import frequency_rows
 from ropegen.runtime import host
-from ropegen.runtime.aligned import ALIGN_MIN_BYTES
-from ropegen.runtime.aligned import empty as empty_aligned
+from ropegen.runtime.aligned import allocator
 from ropegen.runtime.arrays import host_arguments
 from ropegen.runtime.numpy_host import ALLOCATED, CPU_RULES, HOST, IN_PLACE, HostCall, address, pointer_arg
 
@@ -186,8 +184,7 @@ class BoundCall:
         _, given, self.mode, threads, (self.template, self.out_shapes, self.spans) = found
         self.threads = threads
         # how each output is allocated, decided once: np.empty, or on a line when large (runtime/aligned.py)
-        self.allocs = [(np.empty if np.dtype(dtype).itemsize * prod(shape) < ALIGN_MIN_BYTES else empty_aligned,
-                        shape, np.dtype(dtype)) for shape, dtype in self.out_shapes]
+        self.allocs = [(allocator(shape, np.dtype(dtype)), shape, np.dtype(dtype)) for shape, dtype in self.out_shapes]
         self.aligned = fast.aligned
         self.ptr_in, self.ptr_out, self.scalars = fast.ptr_in, fast.ptr_out, fast.scalars
         # the bound outputs' bytes (HostCall's spans from the bound addresses): new inputs must keep off

@@ -223,13 +223,15 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         return t == "bf16" and runs and p.n_cols % step == 0 and all(
             b.count % step == 0 and b.ca0 % step == 0 and b.same_columns for b in p.blocks)
 
+    # interleaved bf16 pairs already lie in the halves of 32-bit lanes: dealt, not permuted
+    split = "d" if t == "bf16" else "2"
+
     def form(isa: str, width: int) -> dict[str, Any]:
+        deal = dealt(width)
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
                     st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16",
-                    # interleaved bf16 pairs already lie in the halves of 32-bit lanes: dealt, not permuted
-                    col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{'d' if t == 'bf16' else '2'}_{t}_{isa}",
-                    st2=f"rg_vst{'d' if t == 'bf16' else '2'}_{t}_{isa}", pairs="runs" if runs else "interleaved",
-                    deal=dealt(width), step=2 * width if dealt(width) else width,
+                    col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{split}_{t}_{isa}", st2=f"rg_vst{split}_{t}_{isa}",
+                    pairs="runs" if runs else "interleaved", deal=deal, step=2 * width if deal else width,
                     ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}")
 
     def divides(width: int) -> bool:
