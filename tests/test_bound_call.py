@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ropegen
+from ropegen.backends.c import fastcall
 from ropegen.backends.c.backend import CBackend
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -27,8 +28,19 @@ rmsnorm rms4096 {
 """
 
 
+@pytest.fixture(scope="module", params=["c", "python"], autouse=True)
+def way(request):
+    """Every test twice: the bound calls' per-call part in C (backends/c/fastcall.py) and in Python."""
+    if request.param == "c" and fastcall.unavailable():
+        pytest.skip(f"bound calls in C unavailable: {fastcall.unavailable()}")
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "python":
+            mp.setenv(fastcall.ENV, "0")
+        yield request.param
+
+
 @pytest.fixture(scope="module")
-def llama():
+def llama(way):
     return ropegen.compile(EXAMPLES / "llama3.rope")
 
 
@@ -52,11 +64,12 @@ def _same(got, want) -> bool:
 
 @pytest.mark.parametrize("threads", [1, 2, None])
 @pytest.mark.parametrize("tokens", [1, 16])
-def test_same_bits_as_run(llama, tokens, threads):
+def test_same_bits_as_run(llama, way, tokens, threads):
     op = llama["llama3_8b"]
     q, k = _qk(tokens, 1)
     pos = np.arange(40, 40 + tokens, dtype=np.int64)
     bound = op.bind(q, k, pos, threads=threads)
+    assert (bound.c is not None) == (way == "c")    # the way this run tests is the one taken
     assert _same(bound(), op.run(q, k, pos, backend="c", threads=threads))
     first = bound()
     assert first[0] is not bound()[0]             # new outputs every call unless out= was bound

@@ -144,6 +144,9 @@ CASES = [
     case("C001-kind-typo", _edit(LLAMA3, "rope llama3", "rop llama3"), "C001", 1, 1, "rope"),
     case("C001-rmsnorm-typo", _edit(RMS, "rmsnorm n", "rmsnrm n"), "C001", 1, 1, "rmsnorm"),
     case("C002-operator-twice", LLAMA3 + LLAMA3, "C002", 11, 6),
+    case("C039-words-entry-clash", LLAMA3 + _edit(LLAMA3, "rope llama3 {", "rope llama3_words {"), "C039", 11, 6),
+    case("C039-words-entry-clash-declared-first", _edit(LLAMA3, "rope llama3 {", "rope llama3_words {") + LLAMA3,
+         "C039", 11, 6),
     case("C035-comment-only", "# nothing to see here\n", "C035", 1, 1),
 
     # --- declarations -------------------------------------------------------------------------

@@ -107,3 +107,9 @@ def symbols(plan) -> list[str]:
             if isinstance(d, str) and d not in seen:
                 seen.append(d)
     return seen
+
+
+# The host-language entry point that takes every parameter as one 64-bit word is the kernel's own
+# function name plus this (templates/c: `ropegen_NAME_words`); the spec checker refuses an operator
+# named so that it collides with another's (C039).
+WORDS_SUFFIX = "_words"

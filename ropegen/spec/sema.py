@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from ropegen import ir, ops
+from ropegen.lower.abi import WORDS_SUFFIX
 from ropegen.spec import ast as A
 from ropegen.spec.diagnostics import Collector, Loc, did_you_mean
 from ropegen.spec.limits import name_too_long
@@ -35,6 +36,12 @@ def check(spec: A.SpecNode) -> ir.Spec:
                     f"the first one is at line {seen[node.name].line}")
             continue
         seen[node.name] = node.name_loc
+        stem = node.name[:-len(WORDS_SUFFIX)] if node.name.endswith(WORDS_SUFFIX) else None
+        if stem in seen or node.name + WORDS_SUFFIX in seen:
+            first, second = (stem, node.name) if stem in seen else (node.name, node.name + WORDS_SUFFIX)
+            c.error("C039", f"operator '{second}' would collide with the C entry point generated for "
+                    f"'{first}' (ropegen_{first}{WORDS_SUFFIX})", node.name_loc, "rename one of them")
+            continue
         if node.kind not in ops.words():
             c.error("C001", f"unknown operator kind '{node.kind}'", node.kind_loc,
                     did_you_mean(node.kind, ops.words()))

@@ -53,6 +53,12 @@ enum {
  */
 int ropegen_atb_coeff4_fp16(const uint16_t *q, int64_t q_stride_token, int64_t q_stride_head, const uint16_t *k, int64_t k_stride_token, int64_t k_stride_head, const uint16_t *cos, const uint16_t *sin, const int32_t *seqlen, uint16_t *rope_q, int64_t rope_q_stride_token, int64_t rope_q_stride_head, uint16_t *rope_k, int64_t rope_k_stride_token, int64_t rope_k_stride_head, int64_t T, int64_t B, int threads);
 
+/*
+ * ropegen_atb_coeff4_fp16_words: the same call with its 18 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_atb_coeff4_fp16_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -863,3 +863,17 @@ int ropegen_deepseek_v3_k_pe(const uint16_t *k_pe, int64_t k_pe_stride_token, in
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_deepseek_v3_k_pe_words(const int64_t *rg_words)
+{
+    return ropegen_deepseek_v3_k_pe(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const int64_t *)(intptr_t)rg_words[3],
+        (uint16_t *)(intptr_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int)rg_words[8]);
+}

@@ -44,6 +44,12 @@ enum {
  */
 int ropegen_deepseek_v3_k_pe(const uint16_t *k_pe, int64_t k_pe_stride_token, int64_t k_pe_stride_head, const int64_t *positions, uint16_t *k_rot, int64_t k_rot_stride_token, int64_t k_rot_stride_head, int64_t T, int threads);
 
+/*
+ * ropegen_deepseek_v3_k_pe_words: the same call with its 9 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_deepseek_v3_k_pe_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,12 @@ enum {
  */
 int ropegen_deepseek_v3_q(const uint16_t *q, int64_t q_stride_token, int64_t q_stride_head, const int64_t *positions, uint16_t *q_rot, int64_t q_rot_stride_token, int64_t q_rot_stride_head, int64_t T, int threads);
 
+/*
+ * ropegen_deepseek_v3_q_words: the same call with its 9 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_deepseek_v3_q_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

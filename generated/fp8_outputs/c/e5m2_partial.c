@@ -710,3 +710,18 @@ int ropegen_e5m2_partial(const uint16_t *q, int64_t q_stride_token, int64_t q_st
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_e5m2_partial_words(const int64_t *rg_words)
+{
+    return ropegen_e5m2_partial(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const int64_t *)(intptr_t)rg_words[3],
+        (const float *)(intptr_t)rg_words[4],
+        (uint8_t *)(intptr_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (int)rg_words[9]);
+}

@@ -45,6 +45,12 @@ enum {
  */
 int ropegen_e5m2_partial(const uint16_t *q, int64_t q_stride_token, int64_t q_stride_head, const int64_t *positions, const float *s, uint8_t *q_rot, int64_t q_rot_stride_token, int64_t q_rot_stride_head, int64_t T, int threads);
 
+/*
+ * ropegen_e5m2_partial_words: the same call with its 10 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_e5m2_partial_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -606,3 +606,16 @@ int ropegen_gemma_add_quant_e5m2(const uint16_t *x, const uint16_t *residual, co
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_gemma_add_quant_e5m2_words(const int64_t *rg_words)
+{
+    return ropegen_gemma_add_quant_e5m2(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const uint16_t *)(intptr_t)rg_words[1],
+        (const uint16_t *)(intptr_t)rg_words[2],
+        (const float *)(intptr_t)rg_words[3],
+        (uint8_t *)(intptr_t)rg_words[4],
+        (uint16_t *)(intptr_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int)rg_words[7]);
+}

@@ -812,3 +812,19 @@ int ropegen_qk_norm_rope_fp8(const float *q, int64_t q_stride_token, int64_t q_s
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_qk_norm_rope_fp8_words(const int64_t *rg_words)
+{
+    return ropegen_qk_norm_rope_fp8(
+        (const float *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const int64_t *)(intptr_t)rg_words[3],
+        (const float *)(intptr_t)rg_words[4],
+        (const float *)(intptr_t)rg_words[5],
+        (uint8_t *)(intptr_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (int64_t)rg_words[9],
+        (int)rg_words[10]);
+}

@@ -46,6 +46,12 @@ enum {
  */
 int ropegen_qk_norm_rope_fp8(const float *q, int64_t q_stride_token, int64_t q_stride_head, const int64_t *positions, const float *q_weight, const float *s, uint8_t *q_rot, int64_t q_rot_stride_token, int64_t q_rot_stride_head, int64_t T, int threads);
 
+/*
+ * ropegen_qk_norm_rope_fp8_words: the same call with its 11 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_qk_norm_rope_fp8_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

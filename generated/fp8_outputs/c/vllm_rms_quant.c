@@ -591,3 +591,14 @@ int ropegen_vllm_rms_quant(const uint16_t *x, const uint16_t *weight, const floa
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_vllm_rms_quant_words(const int64_t *rg_words)
+{
+    return ropegen_vllm_rms_quant(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const uint16_t *)(intptr_t)rg_words[1],
+        (const float *)(intptr_t)rg_words[2],
+        (uint8_t *)(intptr_t)rg_words[3],
+        (int64_t)rg_words[4],
+        (int)rg_words[5]);
+}

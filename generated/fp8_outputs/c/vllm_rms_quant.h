@@ -40,6 +40,12 @@ enum {
  */
 int ropegen_vllm_rms_quant(const uint16_t *x, const uint16_t *weight, const float *qscale, uint8_t *y, int64_t T, int threads);
 
+/*
+ * ropegen_vllm_rms_quant_words: the same call with its 6 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_vllm_rms_quant_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -45,6 +45,12 @@ enum {
  */
 int ropegen_ggml_freq_factors(const uint16_t *x, int64_t x_stride_token, int64_t x_stride_head, const int32_t *pos, const float *ff, uint16_t *y, int64_t y_stride_token, int64_t y_stride_head, int64_t T, int threads);
 
+/*
+ * ropegen_ggml_freq_factors_words: the same call with its 10 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_ggml_freq_factors_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

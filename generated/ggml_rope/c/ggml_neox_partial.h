@@ -44,6 +44,12 @@ enum {
  */
 int ropegen_ggml_neox_partial(const float *x, int64_t x_stride_token, int64_t x_stride_head, const int32_t *pos, float *y, int64_t y_stride_token, int64_t y_stride_head, int64_t T, int threads);
 
+/*
+ * ropegen_ggml_neox_partial_words: the same call with its 9 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_ggml_neox_partial_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

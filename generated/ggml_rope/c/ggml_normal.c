@@ -713,3 +713,17 @@ int ropegen_ggml_normal(const float *x, int64_t x_stride_token, int64_t x_stride
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_ggml_normal_words(const int64_t *rg_words)
+{
+    return ropegen_ggml_normal(
+        (const float *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const int32_t *)(intptr_t)rg_words[3],
+        (float *)(intptr_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int)rg_words[8]);
+}

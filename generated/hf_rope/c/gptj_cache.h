@@ -50,6 +50,12 @@ enum {
  */
 int ropegen_gptj_cache(const uint16_t *q, int64_t q_stride_batch, int64_t q_stride_seq, int64_t q_stride_head, const int64_t *position_ids, const float *cos, const float *sin, uint16_t *q_rot, int64_t q_rot_stride_batch, int64_t q_rot_stride_seq, int64_t q_rot_stride_head, int64_t B, int64_t S, int64_t P, int threads);
 
+/*
+ * ropegen_gptj_cache_words: the same call with its 15 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_gptj_cache_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -911,3 +911,29 @@ int ropegen_hf_llama_per_token(const uint16_t *q, int64_t q_stride_batch, int64_
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_hf_llama_per_token_words(const int64_t *rg_words)
+{
+    return ropegen_hf_llama_per_token(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (const uint16_t *)(intptr_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (const float *)(intptr_t)rg_words[8],
+        (const float *)(intptr_t)rg_words[9],
+        (uint16_t *)(intptr_t)rg_words[10],
+        (int64_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (int64_t)rg_words[13],
+        (uint16_t *)(intptr_t)rg_words[14],
+        (int64_t)rg_words[15],
+        (int64_t)rg_words[16],
+        (int64_t)rg_words[17],
+        (int64_t)rg_words[18],
+        (int64_t)rg_words[19],
+        (int)rg_words[20]);
+}

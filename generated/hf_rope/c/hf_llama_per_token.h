@@ -56,6 +56,12 @@ enum {
  */
 int ropegen_hf_llama_per_token(const uint16_t *q, int64_t q_stride_batch, int64_t q_stride_seq, int64_t q_stride_head, const uint16_t *k, int64_t k_stride_batch, int64_t k_stride_seq, int64_t k_stride_head, const float *cos, const float *sin, uint16_t *q_rot, int64_t q_rot_stride_batch, int64_t q_rot_stride_seq, int64_t q_rot_stride_head, uint16_t *k_rot, int64_t k_rot_stride_batch, int64_t k_rot_stride_seq, int64_t k_rot_stride_head, int64_t B, int64_t S, int threads);
 
+/*
+ * ropegen_hf_llama_per_token_words: the same call with its 21 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_hf_llama_per_token_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -53,6 +53,12 @@ enum {
  */
 int ropegen_llama3_8b_cached(const uint16_t *q, int64_t q_stride_token, int64_t q_stride_head, const uint16_t *k, int64_t k_stride_token, int64_t k_stride_head, const int64_t *positions, const float *cos, const float *sin, uint16_t *q_rot, int64_t q_rot_stride_token, int64_t q_rot_stride_head, uint16_t *k_rot, int64_t k_rot_stride_token, int64_t k_rot_stride_head, int64_t T, int64_t P, int threads);
 
+/*
+ * ropegen_llama3_8b_cached_words: the same call with its 18 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_llama3_8b_cached_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

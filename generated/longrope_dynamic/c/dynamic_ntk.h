@@ -56,6 +56,12 @@ enum {
  */
 int ropegen_dynamic_ntk(const float *q, int64_t q_stride_batch, int64_t q_stride_seq, int64_t q_stride_head, const float *k, int64_t k_stride_batch, int64_t k_stride_seq, int64_t k_stride_head, const int64_t *positions, float *q_rot, int64_t q_rot_stride_batch, int64_t q_rot_stride_seq, int64_t q_rot_stride_head, float *k_rot, int64_t k_rot_stride_batch, int64_t k_rot_stride_seq, int64_t k_rot_stride_head, int64_t B, int64_t S, const double *inv_freq, int threads);
 
+/*
+ * ropegen_dynamic_ntk_words: the same call with its 21 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_dynamic_ntk_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

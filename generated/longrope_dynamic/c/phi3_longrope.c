@@ -790,3 +790,24 @@ int ropegen_phi3_longrope(const float *q, int64_t q_stride_token, int64_t q_stri
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_phi3_longrope_words(const int64_t *rg_words)
+{
+    return ropegen_phi3_longrope(
+        (const float *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const float *)(intptr_t)rg_words[3],
+        (int64_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (const int64_t *)(intptr_t)rg_words[6],
+        (float *)(intptr_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (int64_t)rg_words[9],
+        (float *)(intptr_t)rg_words[10],
+        (int64_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (int64_t)rg_words[13],
+        (const double *)(intptr_t)rg_words[14],
+        (int)rg_words[15]);
+}

@@ -51,6 +51,12 @@ enum {
  */
 int ropegen_phi3_longrope(const float *q, int64_t q_stride_token, int64_t q_stride_head, const float *k, int64_t k_stride_token, int64_t k_stride_head, const int64_t *positions, float *q_rot, int64_t q_rot_stride_token, int64_t q_rot_stride_head, float *k_rot, int64_t k_rot_stride_token, int64_t k_rot_stride_head, int64_t T, const double *inv_freq, int threads);
 
+/*
+ * ropegen_phi3_longrope_words: the same call with its 16 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_phi3_longrope_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

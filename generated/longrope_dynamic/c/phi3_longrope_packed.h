@@ -54,6 +54,12 @@ enum {
  */
 int ropegen_phi3_longrope_packed(const uint16_t *q, int64_t q_stride_token, int64_t q_stride_head, const uint16_t *k, int64_t k_stride_token, int64_t k_stride_head, const int32_t *indptr, const int64_t *offsets, uint16_t *q_rot, int64_t q_rot_stride_token, int64_t q_rot_stride_head, uint16_t *k_rot, int64_t k_rot_stride_token, int64_t k_rot_stride_head, int64_t T, int64_t N1, int64_t N, const double *inv_freq, int threads);
 
+/*
+ * ropegen_phi3_longrope_packed_words: the same call with its 19 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_phi3_longrope_packed_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

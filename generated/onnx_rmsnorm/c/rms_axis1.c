@@ -558,3 +558,12 @@ int ropegen_rms_axis1(const float *x, const float *scale, float *y, int threads)
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_rms_axis1_words(const int64_t *rg_words)
+{
+    return ropegen_rms_axis1(
+        (const float *)(intptr_t)rg_words[0],
+        (const float *)(intptr_t)rg_words[1],
+        (float *)(intptr_t)rg_words[2],
+        (int)rg_words[3]);
+}

@@ -38,6 +38,12 @@ enum {
  */
 int ropegen_rms_axis1(const float *x, const float *scale, float *y, int threads);
 
+/*
+ * ropegen_rms_axis1_words: the same call with its 4 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_rms_axis1_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

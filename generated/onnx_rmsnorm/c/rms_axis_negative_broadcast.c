@@ -563,3 +563,13 @@ int ropegen_rms_axis_negative_broadcast(const float *x, const float *scale, floa
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_rms_axis_negative_broadcast_words(const int64_t *rg_words)
+{
+    return ropegen_rms_axis_negative_broadcast(
+        (const float *)(intptr_t)rg_words[0],
+        (const float *)(intptr_t)rg_words[1],
+        (float *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

@@ -521,3 +521,13 @@ int ropegen_rms_bf16_stash_f64(const uint16_t *x, const uint16_t *scale, uint16_
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_rms_bf16_stash_f64_words(const int64_t *rg_words)
+{
+    return ropegen_rms_bf16_stash_f64(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const uint16_t *)(intptr_t)rg_words[1],
+        (uint16_t *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

@@ -559,3 +559,13 @@ int ropegen_rms_last_axis(const float *x, const float *scale, float *y, int64_t 
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_rms_last_axis_words(const int64_t *rg_words)
+{
+    return ropegen_rms_last_axis(
+        (const float *)(intptr_t)rg_words[0],
+        (const float *)(intptr_t)rg_words[1],
+        (float *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

@@ -39,6 +39,12 @@ enum {
  */
 int ropegen_rms_last_axis(const float *x, const float *scale, float *y, int64_t N, int threads);
 
+/*
+ * ropegen_rms_last_axis_words: the same call with its 5 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_rms_last_axis_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -492,3 +492,13 @@ int ropegen_rms_mixed_types(const uint16_t *x, const float *scale, float *y, int
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_rms_mixed_types_words(const int64_t *rg_words)
+{
+    return ropegen_rms_mixed_types(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const float *)(intptr_t)rg_words[1],
+        (float *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

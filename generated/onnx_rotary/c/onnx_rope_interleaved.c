@@ -719,3 +719,23 @@ int ropegen_onnx_rope_interleaved(const uint16_t *x, int64_t x_stride_batch, int
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_onnx_rope_interleaved_words(const int64_t *rg_words)
+{
+    return ropegen_onnx_rope_interleaved(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (const uint16_t *)(intptr_t)rg_words[4],
+        (const uint16_t *)(intptr_t)rg_words[5],
+        (const int64_t *)(intptr_t)rg_words[6],
+        (uint16_t *)(intptr_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (int64_t)rg_words[9],
+        (int64_t)rg_words[10],
+        (int64_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (int64_t)rg_words[13],
+        (int)rg_words[14]);
+}

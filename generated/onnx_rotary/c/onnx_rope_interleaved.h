@@ -50,6 +50,12 @@ enum {
  */
 int ropegen_onnx_rope_interleaved(const uint16_t *x, int64_t x_stride_batch, int64_t x_stride_seq, int64_t x_stride_head, const uint16_t *cos_cache, const uint16_t *sin_cache, const int64_t *position_ids, uint16_t *y, int64_t y_stride_batch, int64_t y_stride_seq, int64_t y_stride_head, int64_t B, int64_t S, int64_t P, int threads);
 
+/*
+ * ropegen_onnx_rope_interleaved_words: the same call with its 15 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_onnx_rope_interleaved_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -573,3 +573,21 @@ int ropegen_onnx_rope_no_position_ids(const float *x, int64_t x_stride_batch, in
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_onnx_rope_no_position_ids_words(const int64_t *rg_words)
+{
+    return ropegen_onnx_rope_no_position_ids(
+        (const float *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (const float *)(intptr_t)rg_words[4],
+        (const float *)(intptr_t)rg_words[5],
+        (float *)(intptr_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (int64_t)rg_words[9],
+        (int64_t)rg_words[10],
+        (int64_t)rg_words[11],
+        (int)rg_words[12]);
+}

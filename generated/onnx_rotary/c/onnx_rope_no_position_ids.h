@@ -48,6 +48,12 @@ enum {
  */
 int ropegen_onnx_rope_no_position_ids(const float *x, int64_t x_stride_batch, int64_t x_stride_seq, int64_t x_stride_head, const float *cos_cache, const float *sin_cache, float *y, int64_t y_stride_batch, int64_t y_stride_seq, int64_t y_stride_head, int64_t B, int64_t S, int threads);
 
+/*
+ * ropegen_onnx_rope_no_position_ids_words: the same call with its 13 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_onnx_rope_no_position_ids_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

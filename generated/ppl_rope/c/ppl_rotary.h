@@ -56,6 +56,12 @@ enum {
  */
 int ropegen_ppl_rotary(const float *query, int64_t query_stride_batch, int64_t query_stride_seq, int64_t query_stride_head, const float *key, int64_t key_stride_batch, int64_t key_stride_seq, int64_t key_stride_head, int64_t start_pos, const int64_t *pad_len, float *rotated_query, int64_t rotated_query_stride_batch, int64_t rotated_query_stride_seq, int64_t rotated_query_stride_head, float *rotated_key, int64_t rotated_key_stride_batch, int64_t rotated_key_stride_seq, int64_t rotated_key_stride_head, int64_t B, int64_t S, int threads);
 
+/*
+ * ropegen_ppl_rotary_words: the same call with its 21 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_ppl_rotary_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1041,3 +1041,30 @@ int ropegen_ppl_rotary_2d(const float *query, int64_t query_stride_batch, int64_
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_ppl_rotary_2d_words(const int64_t *rg_words)
+{
+    return ropegen_ppl_rotary_2d(
+        (const float *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (const float *)(intptr_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (const int64_t *)(intptr_t)rg_words[9],
+        (int64_t)rg_words[10],
+        (float *)(intptr_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (int64_t)rg_words[13],
+        (int64_t)rg_words[14],
+        (float *)(intptr_t)rg_words[15],
+        (int64_t)rg_words[16],
+        (int64_t)rg_words[17],
+        (int64_t)rg_words[18],
+        (int64_t)rg_words[19],
+        (int64_t)rg_words[20],
+        (int)rg_words[21]);
+}

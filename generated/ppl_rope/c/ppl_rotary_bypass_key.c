@@ -913,3 +913,28 @@ int ropegen_ppl_rotary_bypass_key(const uint16_t *query, int64_t query_stride_ba
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_ppl_rotary_bypass_key_words(const int64_t *rg_words)
+{
+    return ropegen_ppl_rotary_bypass_key(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (const uint16_t *)(intptr_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (int64_t)rg_words[6],
+        (int64_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (uint16_t *)(intptr_t)rg_words[9],
+        (int64_t)rg_words[10],
+        (int64_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (uint16_t *)(intptr_t)rg_words[13],
+        (int64_t)rg_words[14],
+        (int64_t)rg_words[15],
+        (int64_t)rg_words[16],
+        (int64_t)rg_words[17],
+        (int64_t)rg_words[18],
+        (int)rg_words[19]);
+}

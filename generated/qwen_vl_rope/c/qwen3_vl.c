@@ -1316,3 +1316,23 @@ int ropegen_qwen3_vl(const uint16_t *q, int64_t q_stride_token, int64_t q_stride
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_qwen3_vl_words(const int64_t *rg_words)
+{
+    return ropegen_qwen3_vl(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const uint16_t *)(intptr_t)rg_words[3],
+        (int64_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (const int64_t *)(intptr_t)rg_words[6],
+        (uint16_t *)(intptr_t)rg_words[7],
+        (int64_t)rg_words[8],
+        (int64_t)rg_words[9],
+        (uint16_t *)(intptr_t)rg_words[10],
+        (int64_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (int64_t)rg_words[13],
+        (int)rg_words[14]);
+}

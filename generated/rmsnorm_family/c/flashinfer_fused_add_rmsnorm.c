@@ -537,3 +537,15 @@ int ropegen_flashinfer_fused_add_rmsnorm(const uint16_t *x, const uint16_t *resi
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_flashinfer_fused_add_rmsnorm_words(const int64_t *rg_words)
+{
+    return ropegen_flashinfer_fused_add_rmsnorm(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const uint16_t *)(intptr_t)rg_words[1],
+        (const uint16_t *)(intptr_t)rg_words[2],
+        (uint16_t *)(intptr_t)rg_words[3],
+        (uint16_t *)(intptr_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (int)rg_words[6]);
+}

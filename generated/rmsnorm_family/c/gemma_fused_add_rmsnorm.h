@@ -43,6 +43,12 @@ enum {
  */
 int ropegen_gemma_fused_add_rmsnorm(const uint16_t *x, const uint16_t *residual, const uint16_t *weight, uint16_t *y, uint16_t *h, int64_t T, int threads);
 
+/*
+ * ropegen_gemma_fused_add_rmsnorm_words: the same call with its 7 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_gemma_fused_add_rmsnorm_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

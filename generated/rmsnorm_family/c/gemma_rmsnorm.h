@@ -39,6 +39,12 @@ enum {
  */
 int ropegen_gemma_rmsnorm(const uint16_t *x, const uint16_t *weight, uint16_t *y, int64_t T, int threads);
 
+/*
+ * ropegen_gemma_rmsnorm_words: the same call with its 5 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_gemma_rmsnorm_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

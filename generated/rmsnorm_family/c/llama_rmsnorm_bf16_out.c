@@ -755,3 +755,13 @@ int ropegen_llama_rmsnorm_bf16_out(const uint16_t *x, const float *weight, uint1
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_llama_rmsnorm_bf16_out_words(const int64_t *rg_words)
+{
+    return ropegen_llama_rmsnorm_bf16_out(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const float *)(intptr_t)rg_words[1],
+        (uint16_t *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

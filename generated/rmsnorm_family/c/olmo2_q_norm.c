@@ -559,3 +559,13 @@ int ropegen_olmo2_q_norm(const float *q, const float *weight, float *q_normed, i
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_olmo2_q_norm_words(const int64_t *rg_words)
+{
+    return ropegen_olmo2_q_norm(
+        (const float *)(intptr_t)rg_words[0],
+        (const float *)(intptr_t)rg_words[1],
+        (float *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

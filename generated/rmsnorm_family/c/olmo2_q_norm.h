@@ -39,6 +39,12 @@ enum {
  */
 int ropegen_olmo2_q_norm(const float *q, const float *weight, float *q_normed, int64_t T, int threads);
 
+/*
+ * ropegen_olmo2_q_norm_words: the same call with its 5 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_olmo2_q_norm_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -755,3 +755,13 @@ int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_
     free(rg_w);
     return ROPEGEN_OK;
 }
+
+int ropegen_qwen3_q_norm_words(const int64_t *rg_words)
+{
+    return ropegen_qwen3_q_norm(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (const uint16_t *)(intptr_t)rg_words[1],
+        (uint16_t *)(intptr_t)rg_words[2],
+        (int64_t)rg_words[3],
+        (int)rg_words[4]);
+}

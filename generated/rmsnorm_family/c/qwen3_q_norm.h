@@ -39,6 +39,12 @@ enum {
  */
 int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_normed, int64_t T, int threads);
 
+/*
+ * ropegen_qwen3_q_norm_words: the same call with its 5 parameters as 64-bit words, in order
+ * (a pointer as its address, an int as its value): one prototype for foreign-function hosts.
+ */
+int ropegen_qwen3_q_norm_words(const int64_t *rg_words);
+
 #ifdef __cplusplus
 }
 #endif

@@ -955,3 +955,25 @@ int ropegen_vllm_cos_sin_cache(const uint16_t *q, int64_t q_stride_token, int64_
     }
     return ROPEGEN_OK;
 }
+
+int ropegen_vllm_cos_sin_cache_words(const int64_t *rg_words)
+{
+    return ropegen_vllm_cos_sin_cache(
+        (const uint16_t *)(intptr_t)rg_words[0],
+        (int64_t)rg_words[1],
+        (int64_t)rg_words[2],
+        (const uint16_t *)(intptr_t)rg_words[3],
+        (int64_t)rg_words[4],
+        (int64_t)rg_words[5],
+        (const int64_t *)(intptr_t)rg_words[6],
+        (const float *)(intptr_t)rg_words[7],
+        (uint16_t *)(intptr_t)rg_words[8],
+        (int64_t)rg_words[9],
+        (int64_t)rg_words[10],
+        (uint16_t *)(intptr_t)rg_words[11],
+        (int64_t)rg_words[12],
+        (int64_t)rg_words[13],
+        (int64_t)rg_words[14],
+        (int64_t)rg_words[15],
+        (int)rg_words[16]);
+}

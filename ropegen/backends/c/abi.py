@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ropegen.backends.c import facts
 from ropegen.ir.dtypes import DTYPES
 from ropegen.lower.abi import Param as _Param
-from ropegen.lower.abi import mangle, symbols
+from ropegen.lower.abi import WORDS_SUFFIX, mangle, symbols
 
 if TYPE_CHECKING:   # annotations only: the plans belong to the ops slices
     from ropegen.ops.plan import Plan, RmsNormPlan, RopePlan
@@ -151,6 +151,11 @@ def abi(plan: Plan) -> list[CParam]:
 
 def function_name(plan: Plan) -> str:
     return f"ropegen_{plan.name}"
+
+
+def words_function_name(plan: Plan) -> str:
+    """The entry point taking the parameters as one array of 64-bit words (runtime/fastcall.py)."""
+    return function_name(plan) + WORDS_SUFFIX
 
 
 # The name templates/c and backends/c/context.py knew the C parameters by (same attributes).

@@ -20,7 +20,7 @@ import ropegen
 
 from ropegen.backends.base import Backend, Kernel
 from ropegen.backends.c import build as cbuild
-from ropegen.backends.c.abi import C_KEYWORDS, abi, function_name
+from ropegen.backends.c.abi import C_KEYWORDS, abi, function_name, words_function_name
 from ropegen.backends.c.call import CKernel
 from ropegen.backends.c.context import rms_context, rope_context
 from ropegen.lower.status import STATUSES
@@ -94,7 +94,8 @@ class CBackend(Backend):
         func = getattr(lib, function_name(plan))
         func.restype = ctypes.c_int
         func.argtypes = [q.ctype for q in params]
-        return CKernel(plan, func, params)
+        words = ctypes.cast(getattr(lib, words_function_name(plan)), ctypes.c_void_p).value
+        return CKernel(plan, func, params, words)
 
 
 def library_name(spec_file: str, plans: list[Plan]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from ropegen import ir
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c import facts
-from ropegen.backends.c.abi import function_name, rms_abi, rope_abi
+from ropegen.backends.c.abi import function_name, rms_abi, rope_abi, words_function_name
 from ropegen.lower.abi import Param, find
 from ropegen.lower.strides import token_dims
 from ropegen.ir.dtypes import DType
@@ -119,7 +119,8 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     angles, ff_arith = _ANGLES[kind]
     ff = getattr(p.angles, "freq_factors", None)
     ctx: dict[str, Any] = dict(
-        fn=function_name(p), guard=p.name.upper(), params=params, flags=cbuild.PINNED_FLAGS,
+        fn=function_name(p), words_fn=words_function_name(p), guard=p.name.upper(), params=params,
+        flags=cbuild.PINNED_FLAGS,
         # B and S: packed tokens are one batch row
         batch=1 if tokens.batch is None else _size(tokens.batch, params), seq=_size(tokens.seq, params),
         st=facts.element(p.storage), arith=arith, ct=facts.ARITH[arith],
@@ -340,7 +341,8 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     full_scale = all(st != 0 for st in p.scale_strides) and padded == p.norm_shape
     literal = facts.LITERAL[stash]
     return dict(
-        fn=function_name(p), guard=p.name.upper(), params=params, flags=cbuild.PINNED_FLAGS,
+        fn=function_name(p), words_fn=words_function_name(p), guard=p.name.upper(), params=params,
+        flags=cbuild.PINNED_FLAGS,
         x=_name(params, "in", p.x_name), scale=_name(params, "in", p.scale_name),
         y=_name(params, "out", p.out),
         residual=_name(params, "in", p.residual) if p.residual else "",

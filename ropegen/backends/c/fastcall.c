@@ -1,0 +1,350 @@
+/* The per-call part of a bound C kernel call, in C: backends/c/fastcall.py builds this file
+ * (against the running Python and NumPy) and backends/c/call.py's BoundCall hands it what it bound.
+ *
+ * At decode sizes the Python side of a call was most of it: llama3 q + k at T = 1 took ~4.4 us
+ * from Python for a 0.6 us kernel (one thread), spent reading addresses, making ctypes objects and
+ * converting 15 arguments. This module does the same per-call work over NumPy's own fields: each
+ * input is checked against the bound signature (exact ndarray type, dtype, shape, strides, alignment
+ * and, where the bound outputs are the caller's, that it does not overlap them); new outputs are
+ * allocated; and the kernel is called through its words entry point (every parameter one int64 word,
+ * templates/c/_host.inc.j2), so one C prototype serves every operator.
+ *
+ * A call this does not take returns None (a differing array, an overlap, a scalar): the caller then
+ * makes the same call in Python, which says why or runs it. A nonzero kernel status is handed to the
+ * bound `on_status(code, arrays)`, which raises the operator's error.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+
+typedef int (*rg_words_fn)(const int64_t *);
+
+/* Words a kernel may take (a parameter each): far above any operator's, so that the words of a call
+ * live on the stack. */
+#define RG_MAX_WORDS 1024
+
+typedef struct {
+    PyArray_Descr *descr;        /* owned */
+    int nd;
+    npy_intp dims[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    npy_intp mask;               /* address bits that must be zero (alignment) */
+    Py_ssize_t nptr, ptr[4];     /* the words its address goes to */
+    npy_intp lo, hi;             /* its byte span from its address; hi < lo: none checked */
+} rg_in;
+
+typedef struct {
+    PyArray_Descr *descr;        /* owned */
+    int nd;
+    npy_intp dims[NPY_MAXDIMS];
+    PyObject *alloc, *shape;     /* owned: a Python allocator and its shape argument, or NULL: np.empty */
+    Py_ssize_t nptr, ptr[4];
+} rg_out;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;   /* call_vectorcall: calls skip building an argument tuple */
+    rg_words_fn fn;
+    Py_ssize_t nwords, nin, nout, nspans;
+    int64_t words[RG_MAX_WORDS];  /* the bound words: sizes, strides, threads, fixed addresses */
+    rg_in *in;
+    rg_out *out;                 /* outputs allocated per call (nout of them) */
+    npy_intp (*spans)[2];        /* the fixed outputs' byte spans */
+    PyObject *fixed;             /* the value returned when the outputs are the caller's, else NULL */
+    int single;
+    int state;                   /* 0: new, 1: being initialized (or that failed), 2: ready */
+    PyObject *on_status;
+} rg_call;
+
+static void call_dealloc(rg_call *self)
+{
+    for (Py_ssize_t i = 0; i < self->nin; ++i) Py_XDECREF(self->in[i].descr);
+    for (Py_ssize_t o = 0; o < self->nout; ++o) {
+        Py_XDECREF(self->out[o].descr);
+        Py_XDECREF(self->out[o].alloc);
+        Py_XDECREF(self->out[o].shape);
+    }
+    PyMem_Free(self->in);
+    PyMem_Free(self->out);
+    PyMem_Free(self->spans);
+    Py_XDECREF(self->fixed);
+    Py_XDECREF(self->on_status);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* a sequence of ints into out[0..n), n <= cap; -1 with an exception */
+static int read_ints(PyObject *seq, npy_intp *out, Py_ssize_t cap, Py_ssize_t *n, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return -1;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    if (*n > cap) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %zd entries", what, cap);
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; ++i) {
+        out[i] = (npy_intp)PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (out[i] == -1 && PyErr_Occurred()) { Py_DECREF(fast); return -1; }
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static int read_dtype(PyObject *obj, PyArray_Descr **descr)
+{
+    if (!PyArray_DescrCheck(obj)) {
+        PyErr_SetString(PyExc_TypeError, "expected a numpy dtype");
+        return -1;
+    }
+    Py_INCREF(obj);
+    *descr = (PyArray_Descr *)obj;
+    return 0;
+}
+
+/* Call(fn, words, inputs, outputs, fixed, spans, single, on_status):
+ *   inputs:  (dtype, shape, strides, mask, pointer words, lo, hi) each
+ *   outputs: (dtype, shape, allocator or None, pointer words) each (empty when fixed is given)
+ *   spans:   (lo, hi) absolute byte spans of the fixed outputs */
+static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
+{
+    unsigned long long fn;
+    PyObject *words, *inputs, *outputs, *fixed, *spans, *on_status;
+    int single;
+    npy_intp tmp[RG_MAX_WORDS];
+    Py_ssize_t n;
+    if (self->state) {   /* once: calls on other threads read the fields without a lock */
+        PyErr_SetString(PyExc_TypeError, "a Call is initialized once");
+        return -1;
+    }
+    self->state = 1;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "Call takes positional arguments only");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "KOOOOOpO", &fn, &words, &inputs, &outputs, &fixed, &spans, &single,
+                          &on_status))
+        return -1;
+    if (!fn) {
+        PyErr_SetString(PyExc_ValueError, "no function address");
+        return -1;
+    }
+    self->fn = (rg_words_fn)(uintptr_t)fn;
+    if (read_ints(words, tmp, RG_MAX_WORDS, &self->nwords, "words") < 0) return -1;
+    for (Py_ssize_t w = 0; w < self->nwords; ++w) self->words[w] = (int64_t)tmp[w];
+    if (!PyCallable_Check(on_status)) {
+        PyErr_SetString(PyExc_TypeError, "on_status must be callable");
+        return -1;
+    }
+    Py_INCREF(on_status);
+    self->on_status = on_status;
+    if (fixed != Py_None) {
+        Py_INCREF(fixed);
+        self->fixed = fixed;
+    }
+    self->single = single;
+
+    PyObject *ins = PySequence_Fast(inputs, "inputs");
+    if (!ins) return -1;
+    Py_ssize_t nin = PySequence_Fast_GET_SIZE(ins);
+    self->in = PyMem_Calloc(nin ? nin : 1, sizeof(rg_in));
+    if (!self->in) { Py_DECREF(ins); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < nin; ++i) {
+        rg_in *a = &self->in[i];
+        PyObject *dt, *shape, *strides, *ptrs;
+        Py_ssize_t mask, lo, hi, nd2;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(ins, i), "OOOnOnn", &dt, &shape, &strides, &mask, &ptrs,
+                              &lo, &hi)
+            || read_dtype(dt, &a->descr) < 0) { Py_DECREF(ins); return -1; }
+        self->nin = i + 1;   /* the descr is owned from here (dealloc) */
+        if (read_ints(shape, a->dims, NPY_MAXDIMS, &n, "shape") < 0
+            || read_ints(strides, a->strides, NPY_MAXDIMS, &nd2, "strides") < 0
+            || read_ints(ptrs, tmp, 4, &a->nptr, "pointer words") < 0) { Py_DECREF(ins); return -1; }
+        if (nd2 != n) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "shape and strides differ in rank"); return -1; }
+        a->nd = (int)n;
+        a->mask = mask;
+        a->lo = lo;
+        a->hi = hi;
+        for (Py_ssize_t j = 0; j < a->nptr; ++j) {
+            if (tmp[j] < 0 || tmp[j] >= self->nwords) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "pointer word out of range"); return -1; }
+            a->ptr[j] = tmp[j];
+        }
+    }
+    Py_DECREF(ins);
+
+    PyObject *outs = PySequence_Fast(outputs, "outputs");
+    if (!outs) return -1;
+    Py_ssize_t nout = PySequence_Fast_GET_SIZE(outs);
+    self->out = PyMem_Calloc(nout ? nout : 1, sizeof(rg_out));
+    if (!self->out) { Py_DECREF(outs); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t o = 0; o < nout; ++o) {
+        rg_out *y = &self->out[o];
+        PyObject *dt, *shape, *alloc, *ptrs;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(outs, o), "OOOO", &dt, &shape, &alloc, &ptrs)
+            || read_dtype(dt, &y->descr) < 0) { Py_DECREF(outs); return -1; }
+        self->nout = o + 1;
+        if (read_ints(shape, y->dims, NPY_MAXDIMS, &n, "shape") < 0
+            || read_ints(ptrs, tmp, 4, &y->nptr, "pointer words") < 0) { Py_DECREF(outs); return -1; }
+        y->nd = (int)n;
+        for (Py_ssize_t j = 0; j < y->nptr; ++j) {
+            if (tmp[j] < 0 || tmp[j] >= self->nwords) { Py_DECREF(outs); PyErr_SetString(PyExc_ValueError, "pointer word out of range"); return -1; }
+            y->ptr[j] = tmp[j];
+        }
+        if (alloc != Py_None) {
+            Py_INCREF(alloc);
+            Py_INCREF(shape);
+            y->alloc = alloc;
+            y->shape = shape;
+        }
+    }
+    Py_DECREF(outs);
+
+    PyObject *sp = PySequence_Fast(spans, "spans");
+    if (!sp) return -1;
+    self->nspans = PySequence_Fast_GET_SIZE(sp);
+    self->spans = PyMem_Calloc(self->nspans ? self->nspans : 1, sizeof(*self->spans));
+    if (!self->spans) { Py_DECREF(sp); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t s = 0; s < self->nspans; ++s) {
+        if (read_ints(PySequence_Fast_GET_ITEM(sp, s), self->spans[s], 2, &n, "span") < 0 || n != 2) {
+            Py_DECREF(sp);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a span is (lo, hi)");
+            return -1;
+        }
+    }
+    Py_DECREF(sp);
+    self->state = 2;
+    return 0;
+}
+
+/* One new output of the bound signature, its words set; NULL with an exception. */
+static PyObject *new_output(rg_out *y, int64_t *words)
+{
+    PyObject *a;
+    if (y->alloc) {
+        a = PyObject_CallFunctionObjArgs(y->alloc, y->shape, (PyObject *)y->descr, NULL);
+        if (a && (!PyArray_CheckExact(a) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)a)
+                  || PyArray_NDIM((PyArrayObject *)a) != y->nd
+                  || !PyArray_CompareLists(PyArray_DIMS((PyArrayObject *)a), y->dims, y->nd))) {
+            Py_DECREF(a);
+            PyErr_SetString(PyExc_RuntimeError, "the output allocator returned an array of another layout");
+            return NULL;
+        }
+    } else {
+        Py_INCREF(y->descr);   /* stolen */
+        a = PyArray_NewFromDescr(&PyArray_Type, y->descr, y->nd, y->dims, NULL, NULL, 0, NULL);
+    }
+    if (!a) return NULL;
+    const int64_t at = (int64_t)(uintptr_t)PyArray_DATA((PyArrayObject *)a);
+    for (Py_ssize_t j = 0; j < y->nptr; ++j) words[y->ptr[j]] = at;
+    return a;
+}
+
+static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    rg_call *self = (rg_call *)obj;
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->state != 2 || kwnames || nargs != self->nin) Py_RETURN_NONE;
+    int64_t words[RG_MAX_WORDS];
+    memcpy(words, self->words, sizeof(int64_t) * (size_t)self->nwords);
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+        const rg_in *want = &self->in[i];
+        if (!PyArray_CheckExact(args[i])) Py_RETURN_NONE;
+        PyArrayObject *a = (PyArrayObject *)args[i];
+        PyArray_Descr *d = PyArray_DESCR(a);
+        if ((d != want->descr && !PyArray_EquivTypes(d, want->descr)) || PyArray_NDIM(a) != want->nd
+            || !PyArray_CompareLists(PyArray_DIMS(a), want->dims, want->nd)
+            || !PyArray_CompareLists(PyArray_STRIDES(a), want->strides, want->nd))
+            Py_RETURN_NONE;
+        const npy_intp at = (npy_intp)(uintptr_t)PyArray_DATA(a);
+        if (at & want->mask) Py_RETURN_NONE;
+        if (want->hi >= want->lo) {
+            for (Py_ssize_t s = 0; s < self->nspans; ++s)
+                if (self->spans[s][0] <= at + want->hi && at + want->lo <= self->spans[s][1]) Py_RETURN_NONE;
+        }
+        for (Py_ssize_t j = 0; j < want->nptr; ++j) words[want->ptr[j]] = (int64_t)at;
+    }
+    PyObject *made[8], **outs = made, *result = NULL;
+    if (self->nout > 8 && !(outs = PyMem_Calloc((size_t)self->nout, sizeof(PyObject *)))) return PyErr_NoMemory();
+    Py_ssize_t done = 0;
+    for (; done < self->nout; ++done)
+        if (!(outs[done] = new_output(&self->out[done], words))) goto out;
+    /* other Python threads run meanwhile, as through ctypes (the arguments and outputs are held) */
+    int code;
+    Py_BEGIN_ALLOW_THREADS
+    code = self->fn(words);
+    Py_END_ALLOW_THREADS
+    if (code) {
+        PyObject *given = PyTuple_New(nargs);
+        if (given) {
+            for (Py_ssize_t i = 0; i < nargs; ++i) { Py_INCREF(args[i]); PyTuple_SET_ITEM(given, i, args[i]); }
+            PyObject *r = PyObject_CallFunction(self->on_status, "iO", code, given);
+            Py_XDECREF(r);
+            Py_DECREF(given);
+        }
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "kernel status %d", code);
+        goto out;
+    }
+    if (self->fixed) {
+        Py_INCREF(self->fixed);
+        result = self->fixed;
+    } else if (self->single && self->nout == 1) {
+        result = outs[0];
+        outs[0] = NULL;
+    } else {
+        result = PyTuple_New(self->nout);
+        if (result)
+            for (Py_ssize_t o = 0; o < self->nout; ++o) { PyTuple_SET_ITEM(result, o, outs[o]); outs[o] = NULL; }
+    }
+out:
+    for (Py_ssize_t o = 0; o < done; ++o) Py_XDECREF(outs[o]);
+    if (outs != made) PyMem_Free(outs);
+    return result;
+}
+
+static PyObject *call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    (void)args;
+    (void)kwds;
+    rg_call *self = (rg_call *)type->tp_alloc(type, 0);   /* zeroed */
+    if (self) self->vectorcall = call_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyObject *call_tp_call(PyObject *obj, PyObject *args, PyObject *kwds)
+{
+    return PyVectorcall_Call(obj, args, kwds);
+}
+
+static PyTypeObject CallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ropegen_fastcall.Call",
+    .tp_doc = "A bound kernel call: call(*arrays) -> outputs, or None where the Python path must take it",
+    .tp_basicsize = sizeof(rg_call),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = call_new,
+    .tp_init = (initproc)call_init,
+    .tp_dealloc = (destructor)call_dealloc,
+    .tp_call = call_tp_call,
+    .tp_vectorcall_offset = offsetof(rg_call, vectorcall),
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ropegen_fastcall", "Bound C kernel calls (ropegen/backends/c/fastcall.py)", -1, NULL,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit_ropegen_fastcall(void)
+{
+    import_array();
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyType_Ready(&CallType) < 0 || PyModule_AddObjectRef(m, "Call", (PyObject *)&CallType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "MAX_WORDS", RG_MAX_WORDS);
+    return m;
+}

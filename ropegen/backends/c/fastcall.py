@@ -1,0 +1,83 @@
+"""The C backend's bound calls done in C (fastcall.c): built once per Python, NumPy and compiler into
+the build cache and loaded as an extension module, or None with the reason it cannot be.
+
+Where it cannot be (no Python headers, no compiler, ROPEGEN_FASTCALL=0 in the environment), bound
+calls make the same checks in Python (backends/c/call.py): the same results, a few microseconds more
+per call.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from ropegen.backends.c import build as cbuild
+from ropegen.runtime.numpy_host import ALLOCATED, IN_PLACE
+
+MODULE = "ropegen_fastcall"
+SOURCE = Path(__file__).with_name("fastcall.c")
+# ROPEGEN_FASTCALL=0: bound calls stay in Python (for tests of both ways, and a way out)
+ENV = "ROPEGEN_FASTCALL"
+
+
+def module() -> ModuleType | None:
+    """The loaded extension, or None (unavailable() says why)."""
+    return None if os.environ.get(ENV) == "0" else _loaded()[0]
+
+
+def unavailable() -> str | None:
+    """Why the bound calls stay in Python, or None."""
+    if os.environ.get(ENV) == "0":
+        return f"{ENV}=0"
+    return _loaded()[1]
+
+
+@lru_cache(maxsize=1)
+def _loaded() -> tuple[ModuleType | None, str | None]:
+    if sys.implementation.name != "cpython":
+        return None, f"needs CPython, not {sys.implementation.name}"
+    include = sysconfig.get_paths().get("include") or ""
+    if not (Path(include) / "Python.h").is_file():
+        return None, f"no Python.h under {include or 'the interpreter'} (install the Python development headers)"
+    flags = ("-std=c11", "-O2", "-fno-strict-aliasing", "-I", include, "-I", np.get_include(),
+             *cbuild.SHARED_FLAGS)
+    # the name carries what the build's key does not see: the interpreter's ABI and NumPy's version
+    name = f"fastcall-{sys.implementation.cache_tag}-numpy{np.__version__}"
+    try:
+        path = cbuild.build({SOURCE.name: SOURCE.read_text(encoding="utf-8")}, name, flags=flags)
+        loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+        spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+    except (cbuild.CompilerError, ImportError, OSError) as exc:
+        return None, f"{SOURCE.name} could not be built or loaded: {str(exc).splitlines()[0]}"
+    return mod, None
+
+
+def call_for(bound, words_address: int | None, values: list[int], raise_status) -> object | None:
+    """The extension's Call for a BoundCall (backends/c/call.py) bound to `values` (its parameter
+    values), or None where its calls stay in Python: no extension or words entry point, in place
+    (whose overlap rules are HostCall.apart's), a scalar input (read per call), too many words.
+    raise_status(code, arrays) raises a nonzero status; it must not hold the bound call (the Call
+    keeps it, and a cycle through a C object is never collected)."""
+    mod = module()
+    if mod is None or words_address is None or bound.mode == IN_PLACE or len(values) > mod.MAX_WORDS:
+        return None
+    if any(ptrs is None or len(ptrs) > 4 for *_, ptrs, _, _ in bound.per_input):
+        return None
+    outputs = []
+    for o, (alloc, shape, dtype) in enumerate(bound.allocs if bound.mode == ALLOCATED else ()):
+        ptrs = tuple(j for j, k in bound.ptr_out if k == o)
+        if len(ptrs) > 4:
+            return None
+        outputs.append((dtype, shape, None if alloc is np.empty else alloc, ptrs))
+    fixed = None if bound.mode == ALLOCATED else bound.returned
+    spans = [] if bound.mode == ALLOCATED else bound.out_bytes
+    return mod.Call(words_address, values, list(bound.per_input), outputs, fixed, spans, bound.single, raise_status)
