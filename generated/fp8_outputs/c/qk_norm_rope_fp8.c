@@ -233,6 +233,11 @@ static inline uint8_t rg_store_f64_f8e5m2(double v) { return rg_f64_to_f8e5m2(v)
  * 0.70 of a copy against 0.82-0.88 guided (llama3 f32 q + k, T = 16384, two threads, while the host's
  * copy ran at ~100 GB/s). OpenMP expands macros in its pragmas. */
 #define RG_SCHEDULE schedule(guided, 1)
+/* Whether a call's chunks go to OpenMP threads: several chunks, several threads asked for. Otherwise
+ * they run on the caller's thread outside any OpenMP region: libgomp's serialized region (a parallel
+ * `if` clause that is false) still makes a team and wakes a futex, which measured a third of a
+ * one-token llama3 call (0.6 us). */
+#define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
@@ -802,8 +807,12 @@ int ropegen_qk_norm_rope_fp8(const float *q, int64_t q_stride_token, int64_t q_s
     const struct rg_args rg_a = { q, q_stride_token, q_stride_head, positions, q_weight, s, q_rot, q_rot_stride_token, q_rot_stride_head, T, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
+    if (!RG_THREADED(rg_nchunks, threads)) {
+        rg_run(&rg_a, 0, rg_ntok);
+        return ROPEGEN_OK;
+    }
 #if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads > 1 ? threads : 1) RG_SCHEDULE if(rg_nchunks > 1)
+#pragma omp parallel for num_threads(threads) RG_SCHEDULE
 #endif
     for (int64_t rg_c0 = 0; rg_c0 < rg_nchunks; ++rg_c0) {
         const int64_t rg_lo = rg_c0 * RG_CHUNK;

@@ -169,6 +169,11 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * 0.70 of a copy against 0.82-0.88 guided (llama3 f32 q + k, T = 16384, two threads, while the host's
  * copy ran at ~100 GB/s). OpenMP expands macros in its pragmas. */
 #define RG_SCHEDULE schedule(guided, 1)
+/* Whether a call's chunks go to OpenMP threads: several chunks, several threads asked for. Otherwise
+ * they run on the caller's thread outside any OpenMP region: libgomp's serialized region (a parallel
+ * `if` clause that is false) still makes a team and wakes a futex, which measured a third of a
+ * one-token llama3 call (0.6 us). */
+#define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
@@ -703,8 +708,12 @@ int ropegen_ggml_normal(const float *x, int64_t x_stride_token, int64_t x_stride
     const struct rg_args rg_a = { x, x_stride_token, x_stride_head, pos, y, y_stride_token, y_stride_head, T, threads, rg_B, rg_S, rg_stream };
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_ntok + RG_CHUNK - 1) / RG_CHUNK;
+    if (!RG_THREADED(rg_nchunks, threads)) {
+        rg_run(&rg_a, 0, rg_ntok);
+        return ROPEGEN_OK;
+    }
 #if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads > 1 ? threads : 1) RG_SCHEDULE if(rg_nchunks > 1)
+#pragma omp parallel for num_threads(threads) RG_SCHEDULE
 #endif
     for (int64_t rg_c0 = 0; rg_c0 < rg_nchunks; ++rg_c0) {
         const int64_t rg_lo = rg_c0 * RG_CHUNK;

@@ -170,6 +170,11 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * 0.70 of a copy against 0.82-0.88 guided (llama3 f32 q + k, T = 16384, two threads, while the host's
  * copy ran at ~100 GB/s). OpenMP expands macros in its pragmas. */
 #define RG_SCHEDULE schedule(guided, 1)
+/* Whether a call's chunks go to OpenMP threads: several chunks, several threads asked for. Otherwise
+ * they run on the caller's thread outside any OpenMP region: libgomp's serialized region (a parallel
+ * `if` clause that is false) still makes a team and wakes a futex, which measured a third of a
+ * one-token llama3 call (0.6 us). */
+#define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
@@ -554,16 +559,20 @@ int ropegen_vllm_fused_add_rmsnorm(const uint16_t *x, const uint16_t *residual, 
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    /* rows [lo, hi) */
+#define RG_ROWS(lo, hi) rg_run(x, residual, rg_w, y, h, (lo), (hi), rg_stream, rg_w_finite)
+    if (!RG_THREADED(rg_nchunks, threads)) {
+        RG_ROWS(0, rg_rows);
+    } else {
 #if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads > 1 ? threads : 1) RG_SCHEDULE if(rg_nchunks > 1)
-#else
-    (void)threads;
+#pragma omp parallel for num_threads(threads) RG_SCHEDULE
 #endif
-    for (int64_t rg_c0 = 0; rg_c0 < rg_nchunks; ++rg_c0) {
-        const int64_t rg_lo = rg_c0 * RG_CHUNK;
-        const int64_t rg_hi = rg_lo + RG_CHUNK < rg_rows ? rg_lo + RG_CHUNK : rg_rows;
-        rg_run(x, residual, rg_w, y, h, rg_lo, rg_hi, rg_stream, rg_w_finite);
+        for (int64_t rg_c0 = 0; rg_c0 < rg_nchunks; ++rg_c0) {
+            const int64_t rg_lo = rg_c0 * RG_CHUNK;
+            RG_ROWS(rg_lo, rg_lo + RG_CHUNK < rg_rows ? rg_lo + RG_CHUNK : rg_rows);
+        }
     }
+#undef RG_ROWS
     free(rg_w);
     return ROPEGEN_OK;
 }
