@@ -72,7 +72,7 @@ class Operator:
         if kernel is None:
             kernel = self.kernel(backend)
         outs = kernel(*arrays, **options)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return outs[0] if len(outs) == 1 else outs if type(outs) is tuple else tuple(outs)
 
     __call__ = run
 

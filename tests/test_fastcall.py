@@ -210,6 +210,36 @@ def test_unavailable_says_why(monkeypatch):
 def test_a_call_object_is_initialized_once(ops):
     bound = ops["n"].bind(np.ones((1, 256), np.float32), np.ones(256, np.float32), threads=1)
     with pytest.raises(TypeError, match="once"):
-        bound.c.__init__(1, [], [], [], None, [], False, print)
+        bound.c.__init__(1, [], [], [], None, [], False, print, [], [])
     fresh = type(bound.c).__new__(type(bound.c))       # never initialized: declines every call
     assert fresh() is None and fresh(1, 2) is None
+
+
+@needs_ext
+def test_in_place(ops):
+    """In place: the sources come back written; a read-only source, or an input over another source's
+    bytes, is declined in C and refused by the Python path."""
+    op = ops["r"]
+    q, k, pos, cos, sin = _qk(3, 8)
+    want = op.run(q, k, pos, cos, sin, backend="c")
+    bound = op.bind(q.copy(), k.copy(), pos, cos, sin, inplace=True, threads=1)
+    assert bound.c is not None
+    q2, k2 = q.copy(), k.copy()
+    before = [sys.getrefcount(a) for a in (q2, k2)]
+    got = bound.c(q2, k2, pos, cos, sin)
+    assert got[0] is q2 and got[1] is k2 and [_bits(a) for a in got] == [_bits(a) for a in want]
+    del got
+    assert [sys.getrefcount(a) for a in (q2, k2)] == before
+    frozen = q.copy()
+    frozen.flags.writeable = False
+    assert bound.c(frozen, k.copy(), pos, cos, sin) is None
+    with pytest.raises(ValueError):
+        bound(frozen, k.copy(), pos, cos, sin)
+    flat = np.zeros(q.size, BF16)             # k inside q's bytes: q_rot would be written over k
+    q_over, k_over = flat.reshape(q.shape), flat[256:256 + k.size].reshape(k.shape)
+    assert bound.c(q_over, k_over, pos, cos, sin) is None
+    with pytest.raises(ValueError):
+        bound(q_over, k_over, pos, cos, sin)
+    table = np.zeros((ROWS, 32), np.float32)  # a table read while q is written over: q inside it
+    inside = table.view(BF16).reshape(-1)[:q.size].reshape(q.shape)
+    assert bound.c(inside, k.copy(), pos, table, sin) is None

@@ -79,7 +79,8 @@ class CKernel:
             key = (threads, inplace is True)
             last = self._last.get(key)
             if last is not None:
-                got = last.quick(arrays)
+                c = last.c      # the bound call's per-call part in C (fastcall.py), else its quick()
+                got = c(*arrays) if c is not None else last.quick(arrays)
                 if got is not None:
                     return got
         found = self.fast.resolve(arrays, threads, out, inplace)

@@ -23,9 +23,10 @@
 
 typedef int (*rg_words_fn)(const int64_t *);
 
-/* Words a kernel may take (a parameter each): far above any operator's, so that the words of a call
- * live on the stack. */
+/* Words a kernel may take (a parameter each) and inputs it may have: far above any operator's, so that
+ * a call's words and addresses live on the stack. */
 #define RG_MAX_WORDS 1024
+#define RG_MAX_INPUTS 64
 
 typedef struct {
     PyArray_Descr *descr;        /* owned */
@@ -44,6 +45,15 @@ typedef struct {
     Py_ssize_t nptr, ptr[4];
 } rg_out;
 
+typedef struct {               /* in place: an output written over input src */
+    Py_ssize_t src, nptr, ptr[4];
+} rg_src;
+
+typedef struct {               /* in place: output o's bytes from its address */
+    Py_ssize_t o;
+    npy_intp lo, hi;
+} rg_span;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;   /* call_vectorcall: calls skip building an argument tuple */
@@ -53,6 +63,9 @@ typedef struct {
     rg_in *in;
     rg_out *out;                 /* outputs allocated per call (nout of them) */
     npy_intp (*spans)[2];        /* the fixed outputs' byte spans */
+    Py_ssize_t nsrc, nospans;    /* in place: each output's source, and the outputs' spans */
+    rg_src *srcs;
+    rg_span *ospans;
     PyObject *fixed;             /* the value returned when the outputs are the caller's, else NULL */
     int single;
     int state;                   /* 0: new, 1: being initialized (or that failed), 2: ready */
@@ -70,6 +83,8 @@ static void call_dealloc(rg_call *self)
     PyMem_Free(self->in);
     PyMem_Free(self->out);
     PyMem_Free(self->spans);
+    PyMem_Free(self->srcs);
+    PyMem_Free(self->ospans);
     Py_XDECREF(self->fixed);
     Py_XDECREF(self->on_status);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -105,14 +120,16 @@ static int read_dtype(PyObject *obj, PyArray_Descr **descr)
     return 0;
 }
 
-/* Call(fn, words, inputs, outputs, fixed, spans, single, on_status):
- *   inputs:  (dtype, shape, strides, mask, pointer words, lo, hi) each
- *   outputs: (dtype, shape, allocator or None, pointer words) each (empty when fixed is given)
- *   spans:   (lo, hi) absolute byte spans of the fixed outputs */
+/* Call(fn, words, inputs, outputs, fixed, spans, single, on_status, sources, out_spans):
+ *   inputs:    (dtype, shape, strides, mask, pointer words, lo, hi) each
+ *   outputs:   (dtype, shape, allocator or None, pointer words) each, when allocated per call
+ *   spans:     (lo, hi) absolute byte spans of the fixed outputs (fixed: what is returned)
+ *   sources:   in place: (source input, pointer words) per output
+ *   out_spans: in place: (output, lo, hi), its bytes from its address */
 static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
 {
     unsigned long long fn;
-    PyObject *words, *inputs, *outputs, *fixed, *spans, *on_status;
+    PyObject *words, *inputs, *outputs, *fixed, *spans, *on_status, *sources, *out_spans;
     int single;
     npy_intp tmp[RG_MAX_WORDS];
     Py_ssize_t n;
@@ -125,8 +142,8 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "Call takes positional arguments only");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "KOOOOOpO", &fn, &words, &inputs, &outputs, &fixed, &spans, &single,
-                          &on_status))
+    if (!PyArg_ParseTuple(args, "KOOOOOpOOO", &fn, &words, &inputs, &outputs, &fixed, &spans, &single,
+                          &on_status, &sources, &out_spans))
         return -1;
     if (!fn) {
         PyErr_SetString(PyExc_ValueError, "no function address");
@@ -150,6 +167,7 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
     PyObject *ins = PySequence_Fast(inputs, "inputs");
     if (!ins) return -1;
     Py_ssize_t nin = PySequence_Fast_GET_SIZE(ins);
+    if (nin > RG_MAX_INPUTS) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "too many inputs"); return -1; }
     self->in = PyMem_Calloc(nin ? nin : 1, sizeof(rg_in));
     if (!self->in) { Py_DECREF(ins); PyErr_NoMemory(); return -1; }
     for (Py_ssize_t i = 0; i < nin; ++i) {
@@ -215,8 +233,64 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
         }
     }
     Py_DECREF(sp);
+
+    PyObject *src = PySequence_Fast(sources, "sources");
+    if (!src) return -1;
+    self->nsrc = PySequence_Fast_GET_SIZE(src);
+    self->srcs = PyMem_Calloc(self->nsrc ? self->nsrc : 1, sizeof(rg_src));
+    if (!self->srcs) { Py_DECREF(src); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t o = 0; o < self->nsrc; ++o) {
+        rg_src *y = &self->srcs[o];
+        PyObject *ptrs;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(src, o), "nO", &y->src, &ptrs)
+            || read_ints(ptrs, tmp, 4, &y->nptr, "pointer words") < 0) { Py_DECREF(src); return -1; }
+        if (y->src < 0 || y->src >= self->nin) { Py_DECREF(src); PyErr_SetString(PyExc_ValueError, "source out of range"); return -1; }
+        for (Py_ssize_t j = 0; j < y->nptr; ++j) {
+            if (tmp[j] < 0 || tmp[j] >= self->nwords) { Py_DECREF(src); PyErr_SetString(PyExc_ValueError, "pointer word out of range"); return -1; }
+            y->ptr[j] = tmp[j];
+        }
+    }
+    Py_DECREF(src);
+    PyObject *os = PySequence_Fast(out_spans, "out_spans");
+    if (!os) return -1;
+    self->nospans = PySequence_Fast_GET_SIZE(os);
+    self->ospans = PyMem_Calloc(self->nospans ? self->nospans : 1, sizeof(rg_span));
+    if (!self->ospans) { Py_DECREF(os); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t n = 0; n < self->nospans; ++n) {
+        rg_span *y = &self->ospans[n];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(os, n), "nnn", &y->o, &y->lo, &y->hi)) { Py_DECREF(os); return -1; }
+        if (y->o < 0 || y->o >= self->nsrc) { Py_DECREF(os); PyErr_SetString(PyExc_ValueError, "output out of range"); return -1; }
+    }
+    Py_DECREF(os);
+    if (self->nsrc && (self->nout || self->fixed)) {
+        PyErr_SetString(PyExc_ValueError, "in place takes no other outputs");
+        return -1;
+    }
     self->state = 2;
     return 0;
+}
+
+/* In place: every source written is writeable, and no output shares a byte with another output or
+ * with any input but its own source (runtime/numpy_host.py's HostCall.apart); 0: decline. */
+static int apart(const rg_call *self, PyObject *const *args, const npy_intp *addr)
+{
+    for (Py_ssize_t o = 0; o < self->nsrc; ++o)
+        if (!PyArray_ISWRITEABLE((PyArrayObject *)args[self->srcs[o].src])) return 0;
+    for (Py_ssize_t n = 0; n < self->nospans; ++n) {
+        const rg_span *a = &self->ospans[n];
+        const Py_ssize_t own = self->srcs[a->o].src;
+        const npy_intp lo = addr[own] + a->lo, hi = addr[own] + a->hi;
+        for (Py_ssize_t m = n + 1; m < self->nospans; ++m) {
+            const rg_span *b = &self->ospans[m];
+            const npy_intp base = addr[self->srcs[b->o].src];
+            if (base + b->lo <= hi && lo <= base + b->hi) return 0;
+        }
+        for (Py_ssize_t i = 0; i < self->nin; ++i) {
+            const rg_in *in = &self->in[i];
+            if (i != own && in->hi >= in->lo && addr[i] + in->lo <= hi && lo <= addr[i] + in->hi) return 0;
+        }
+    }
+    return 1;
 }
 
 /* One new output of the bound signature, its words set; NULL with an exception. */
@@ -248,6 +322,7 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (self->state != 2 || kwnames || nargs != self->nin) Py_RETURN_NONE;
     int64_t words[RG_MAX_WORDS];
+    npy_intp addr[RG_MAX_INPUTS];
     memcpy(words, self->words, sizeof(int64_t) * (size_t)self->nwords);
     for (Py_ssize_t i = 0; i < nargs; ++i) {
         const rg_in *want = &self->in[i];
@@ -265,6 +340,12 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
                 if (self->spans[s][0] <= at + want->hi && at + want->lo <= self->spans[s][1]) Py_RETURN_NONE;
         }
         for (Py_ssize_t j = 0; j < want->nptr; ++j) words[want->ptr[j]] = (int64_t)at;
+        addr[i] = at;
+    }
+    if (self->nsrc) {
+        if (!apart(self, args, addr)) Py_RETURN_NONE;
+        for (Py_ssize_t o = 0; o < self->nsrc; ++o)
+            for (Py_ssize_t j = 0; j < self->srcs[o].nptr; ++j) words[self->srcs[o].ptr[j]] = (int64_t)addr[self->srcs[o].src];
     }
     PyObject *made[8], **outs = made, *result = NULL;
     if (self->nout > 8 && !(outs = PyMem_Calloc((size_t)self->nout, sizeof(PyObject *)))) return PyErr_NoMemory();
@@ -290,6 +371,16 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     if (self->fixed) {
         Py_INCREF(self->fixed);
         result = self->fixed;
+    } else if (self->nsrc) {    /* in place: the sources are the outputs */
+        if (self->single && self->nsrc == 1) {
+            result = args[self->srcs[0].src];
+            Py_INCREF(result);
+        } else if ((result = PyTuple_New(self->nsrc)))
+            for (Py_ssize_t o = 0; o < self->nsrc; ++o) {
+                PyObject *y = args[self->srcs[o].src];
+                Py_INCREF(y);
+                PyTuple_SET_ITEM(result, o, y);
+            }
     } else if (self->single && self->nout == 1) {
         result = outs[0];
         outs[0] = NULL;
@@ -346,5 +437,6 @@ PyMODINIT_FUNC PyInit_ropegen_fastcall(void)
         return NULL;
     }
     PyModule_AddIntConstant(m, "MAX_WORDS", RG_MAX_WORDS);
+    PyModule_AddIntConstant(m, "MAX_INPUTS", RG_MAX_INPUTS);
     return m;
 }

@@ -62,22 +62,29 @@ def _loaded() -> tuple[ModuleType | None, str | None]:
 
 
 def call_for(bound, words_address: int | None, values: list[int], raise_status) -> object | None:
-    """The extension's Call for a BoundCall (backends/c/call.py) bound to `values` (its parameter
-    values), or None where its calls stay in Python: no extension or words entry point, in place
-    (whose overlap rules are HostCall.apart's), a scalar input (read per call), too many words.
-    raise_status(code, arrays) raises a nonzero status; it must not hold the bound call (the Call
-    keeps it, and a cycle through a C object is never collected)."""
+    """The extension's Call for a BoundCall (backends/c/bound.py) bound to `values` (its parameter
+    values), or None where its calls stay in Python: no extension or words entry point, a scalar input
+    (read per call), more words or inputs than it holds. raise_status(code, arrays) raises a nonzero
+    status; it must not hold the bound call (the Call keeps it, and a cycle through a C object is never
+    collected)."""
     mod = module()
-    if mod is None or words_address is None or bound.mode == IN_PLACE or len(values) > mod.MAX_WORDS:
+    if mod is None or words_address is None or len(values) > mod.MAX_WORDS or len(bound.per_input) > mod.MAX_INPUTS:
         return None
     if any(ptrs is None or len(ptrs) > 4 for *_, ptrs, _, _ in bound.per_input):
         return None
-    outputs = []
-    for o, (alloc, shape, dtype) in enumerate(bound.allocs if bound.mode == ALLOCATED else ()):
-        ptrs = tuple(j for j, k in bound.ptr_out if k == o)
-        if len(ptrs) > 4:
-            return None
-        outputs.append((dtype, shape, None if alloc is np.empty else alloc, ptrs))
-    fixed = None if bound.mode == ALLOCATED else bound.returned
-    spans = [] if bound.mode == ALLOCATED else bound.out_bytes
-    return mod.Call(words_address, values, list(bound.per_input), outputs, fixed, spans, bound.single, raise_status)
+    words_of = {}
+    for j, o in bound.ptr_out:
+        words_of.setdefault(o, []).append(j)
+    if any(len(w) > 4 for w in words_of.values()):
+        return None
+    outputs, fixed, spans, sources, out_spans = [], None, [], [], []
+    if bound.mode == ALLOCATED:
+        outputs = [(dtype, shape, None if alloc is np.empty else alloc, tuple(words_of.get(o, ())))
+                   for o, (alloc, shape, dtype) in enumerate(bound.allocs)]
+    elif bound.mode == IN_PLACE:
+        sources = [(i, tuple(words_of.get(o, ()))) for o, i in enumerate(bound.kern.fast.srcs)]
+        out_spans = list(bound.spans[1])
+    else:   # the caller's outputs, bound
+        fixed, spans = bound.returned, bound.out_bytes
+    return mod.Call(words_address, values, list(bound.per_input), outputs, fixed, spans, bound.single, raise_status,
+                    sources, out_spans)
