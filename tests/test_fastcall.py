@@ -243,3 +243,26 @@ def test_in_place(ops):
     table = np.zeros((ROWS, 32), np.float32)  # a table read while q is written over: q inside it
     inside = table.view(BF16).reshape(-1)[:q.size].reshape(q.shape)
     assert bound.c(inside, k.copy(), pos, table, sin) is None
+
+
+@needs_ext
+def test_malformed_bindings_are_errors_not_crashes(ops):
+    """The constructor checks what it is handed (fastcall.call_for is its one caller): a word index,
+    a source or a rank out of range is an exception, never a write outside the call's words."""
+    bound = ops["n"].bind(np.ones((1, 256), np.float32), np.ones(256, np.float32), threads=1)
+    Call = type(bound.c)
+    f32 = np.dtype(np.float32)
+    good_in = (f32, (1, 256), (1024, 4), 3, (0,), 0, -1)
+    cases = [
+        ((1, [0], [(f32, (1, 256), (1024, 4), 3, (5,), 0, -1)], [], None, [], False, print, [], []), ValueError),
+        ((1, [0], [(f32, (1, 256), (4,), 3, (0,), 0, -1)], [], None, [], False, print, [], []), ValueError),
+        ((1, [0, 0], [good_in], [(f32, (1, 256), None, (2,))], None, [], False, print, [], []), ValueError),
+        ((1, [0, 0], [good_in], [], None, [], False, print, [(3, (1,))], []), ValueError),
+        ((1, [0, 0], [good_in], [], None, [], False, print, [(0, (1,))], [(1, 0, 3)]), ValueError),
+        ((0, [0], [good_in], [], None, [], False, print, [], []), ValueError),
+        ((1, [0], [("f4", (1,), (4,), 3, (0,), 0, -1)], [], None, [], False, print, [], []), TypeError),
+        ((1, [0], [good_in], [], None, [], False, "not callable", [], []), TypeError),
+    ]
+    for args, error in cases:
+        with pytest.raises(error):
+            Call(*args)

@@ -12,6 +12,9 @@
  * A call this does not take returns None (a differing array, an overlap, a scalar): the caller then
  * makes the same call in Python, which says why or runs it. A nonzero kernel status is handed to the
  * bound `on_status(code, arrays)`, which raises the operator's error.
+ *
+ * Over 400 lines because half of it reads and checks the constructor's arguments (fastcall.py's
+ * call_for), so that each call is plain C loops over what was read once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -109,6 +112,21 @@ static int read_ints(PyObject *seq, npy_intp *out, Py_ssize_t cap, Py_ssize_t *n
     return 0;
 }
 
+/* up to 4 word indices, each below nwords, into ptr[0..*n); -1 with an exception */
+static int read_ptrs(PyObject *seq, Py_ssize_t nwords, Py_ssize_t *ptr, Py_ssize_t *n)
+{
+    npy_intp tmp[4];
+    if (read_ints(seq, tmp, 4, n, "pointer words") < 0) return -1;
+    for (Py_ssize_t j = 0; j < *n; ++j) {
+        if (tmp[j] < 0 || tmp[j] >= nwords) {
+            PyErr_SetString(PyExc_ValueError, "pointer word out of range");
+            return -1;
+        }
+        ptr[j] = tmp[j];
+    }
+    return 0;
+}
+
 static int read_dtype(PyObject *obj, PyArray_Descr **descr)
 {
     if (!PyArray_DescrCheck(obj)) {
@@ -180,16 +198,12 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
         self->nin = i + 1;   /* the descr is owned from here (dealloc) */
         if (read_ints(shape, a->dims, NPY_MAXDIMS, &n, "shape") < 0
             || read_ints(strides, a->strides, NPY_MAXDIMS, &nd2, "strides") < 0
-            || read_ints(ptrs, tmp, 4, &a->nptr, "pointer words") < 0) { Py_DECREF(ins); return -1; }
+            || read_ptrs(ptrs, self->nwords, a->ptr, &a->nptr) < 0) { Py_DECREF(ins); return -1; }
         if (nd2 != n) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "shape and strides differ in rank"); return -1; }
         a->nd = (int)n;
         a->mask = mask;
         a->lo = lo;
         a->hi = hi;
-        for (Py_ssize_t j = 0; j < a->nptr; ++j) {
-            if (tmp[j] < 0 || tmp[j] >= self->nwords) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "pointer word out of range"); return -1; }
-            a->ptr[j] = tmp[j];
-        }
     }
     Py_DECREF(ins);
 
@@ -205,12 +219,8 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
             || read_dtype(dt, &y->descr) < 0) { Py_DECREF(outs); return -1; }
         self->nout = o + 1;
         if (read_ints(shape, y->dims, NPY_MAXDIMS, &n, "shape") < 0
-            || read_ints(ptrs, tmp, 4, &y->nptr, "pointer words") < 0) { Py_DECREF(outs); return -1; }
+            || read_ptrs(ptrs, self->nwords, y->ptr, &y->nptr) < 0) { Py_DECREF(outs); return -1; }
         y->nd = (int)n;
-        for (Py_ssize_t j = 0; j < y->nptr; ++j) {
-            if (tmp[j] < 0 || tmp[j] >= self->nwords) { Py_DECREF(outs); PyErr_SetString(PyExc_ValueError, "pointer word out of range"); return -1; }
-            y->ptr[j] = tmp[j];
-        }
         if (alloc != Py_None) {
             Py_INCREF(alloc);
             Py_INCREF(shape);
@@ -243,12 +253,8 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
         rg_src *y = &self->srcs[o];
         PyObject *ptrs;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(src, o), "nO", &y->src, &ptrs)
-            || read_ints(ptrs, tmp, 4, &y->nptr, "pointer words") < 0) { Py_DECREF(src); return -1; }
+            || read_ptrs(ptrs, self->nwords, y->ptr, &y->nptr) < 0) { Py_DECREF(src); return -1; }
         if (y->src < 0 || y->src >= self->nin) { Py_DECREF(src); PyErr_SetString(PyExc_ValueError, "source out of range"); return -1; }
-        for (Py_ssize_t j = 0; j < y->nptr; ++j) {
-            if (tmp[j] < 0 || tmp[j] >= self->nwords) { Py_DECREF(src); PyErr_SetString(PyExc_ValueError, "pointer word out of range"); return -1; }
-            y->ptr[j] = tmp[j];
-        }
     }
     Py_DECREF(src);
     PyObject *os = PySequence_Fast(out_spans, "out_spans");
