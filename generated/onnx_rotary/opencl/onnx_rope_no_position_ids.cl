@@ -61,12 +61,32 @@ static inline void sincospi_f32(float x, float* s, float* c) { *s = sinpi(x); *c
 static inline void sincos_native(float x, float* s, float* c) { *s = native_sin(x); *c = native_cos(x); }
 
 // Conversions cvt_<from>_<to>, each rounding once to nearest even. f16 and bf16 travel as their bits.
+// f16 by integer arithmetic, not vload_half / vstore_half_rte through a private variable: PoCL 3.0
+// (LLVM 14) on an AVX-512 FP16 CPU loaded garbage that way once a barrier split the kernel.
 static inline float cvt_f32_f32(float v) { return v; }
-static inline float cvt_f16_f32(ushort v) { return vload_half(0, (const half*)&v); }
+static inline float cvt_f16_f32(ushort h) {
+    const uint s = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return as_float(s | 0x7f800000u | (m << 13));        // infinity, NaN (payload kept)
+    if (e != 0) return as_float(s | ((e + 112u) << 23) | (m << 13));      // normal: the exponent rebiased
+    return as_float(s | as_uint((float)m * 0x1p-24f));                    // subnormal or zero: exact
+}
 static inline float cvt_bf16_f32(ushort v) { return as_float((uint)v << 16); }
 static inline ushort cvt_f16_f16(ushort v) { return v; }
 static inline ushort cvt_bf16_bf16(ushort v) { return v; }
-static inline ushort cvt_f32_f16(float v) { ushort h; vstore_half_rte(v, 0, (half*)&h); return h; }
+static inline ushort cvt_f32_f16(float v) {
+    const uint u = as_uint(v), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (ushort)(s | 0x7e00u | ((a >> 13) & 0x3ffu));   // NaN: quiet, top payload bits
+    if (a >= 0x477ff000u) return (ushort)(s | 0x7c00u);          // 65520 and above round to infinity
+    if (a >= 0x38800000u) {                                          // a normal f16: rebias, round to nearest even
+        const uint r = a - 0x38000000u;
+        return (ushort)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+    const uint e = a >> 23;                                          // below 2^-14: a multiple of 2^-24
+    if (e < 102u) return (ushort)s;                                  // at most 2^-25: rounds to zero
+    const uint m = (a & 0x7fffffu) | 0x800000u, sh = 126u - e;       // |v| = m * 2^-24 / 2^sh, sh in 14..24
+    const uint q = m >> sh, rest = m & ((1u << sh) - 1u), half_ = 1u << (sh - 1u);
+    return (ushort)(s | (q + (rest > half_ || (rest == half_ && (q & 1u)))));
+}
 static inline ushort cvt_f32_bf16(float v) {
     const uint u = as_uint(v);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);   // NaN stays a (quiet) NaN
@@ -83,7 +103,12 @@ static inline double cvt_f32_f64(float v) { return (double)v; }
 static inline double cvt_f16_f64(ushort v) { return (double)cvt_f16_f32(v); }
 static inline double cvt_bf16_f64(ushort v) { return (double)cvt_bf16_f32(v); }
 static inline float cvt_f64_f32(double v) { return convert_float_rte(v); }
-static inline ushort cvt_f64_f16(double v) { ushort h; vstore_half_rte(v, 0, (half*)&h); return h; }
+static inline ushort cvt_f64_f16(double v) {
+    // one rounding: to float rounding to odd (the sticky bit survives), then to f16 to nearest even
+    float f = convert_float_rtz(v);
+    if ((double)f != v && !isnan(v)) f = as_float(as_uint(f) | 1u);
+    return cvt_f32_f16(f);
+}
 static inline ushort cvt_f64_bf16(double v) {
     // one rounding: to float rounding to odd (the sticky bit survives), then to bf16 to nearest even
     float f = convert_float_rtz(v);

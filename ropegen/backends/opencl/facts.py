@@ -11,8 +11,8 @@ from ropegen.lower import abi
 from ropegen.render import c_double, c_float
 
 # The OpenCL type of each dtype. f16 and bf16 are held as their bits (ushort): OpenCL 1.2 has no
-# half arithmetic without cl_khr_fp16, so the prelude converts through vload_half / vstore_half_rte
-# and bf16 by bit manipulation; cvt_<from>_<to> names the dtypes, never the C type.
+# half arithmetic without cl_khr_fp16, so the prelude converts f16 and bf16 by integer arithmetic
+# on their bits; cvt_<from>_<to> names the dtypes, never the C type.
 TYPES = {"f64": "double", "f32": "float", "f16": "ushort", "bf16": "ushort",
          "i32": "int", "i64": "long", "u32": "uint",
          "f8e4m3": "uchar", "f8e5m2": "uchar"}     # fp8 outputs travel as their bits
