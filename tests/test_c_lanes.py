@@ -27,7 +27,8 @@ pytestmark = [
 
 # beside the examples: sections of 16 and 24 pairs (eight lanes in both variants, three position streams),
 # bf16 pairs in runs of 48 (AVX2 deals them; AVX-512 pairs them: 32 does not divide 48)
-# f16 partial rotary (a passthrough tail) and bf16 interleaved pairs, in float arithmetic
+# f16 partial rotary (a passthrough tail) and bf16 interleaved pairs, in float arithmetic, and bf16
+# interleaved pairs whose table is written per element (columns 2j, 2j + 1), with a passthrough tail
 EXTRA = """
 rope mrope_f16_f32 {
     in q:         f16[tokens=T, heads=4, head_dim=128]
@@ -58,6 +59,17 @@ rope neox96_bf16_f32 {
     positions  = pos
     angles     = computed(base = 10000)
     compute    = f32
+}
+rope gptj_table_bf16 {
+    in x:   bf16[tokens=T, heads=3, head_dim=96]
+    in pos: i64[T]
+    in cos: f32[P, 64]
+    in sin: f32[P, 64]
+    out y = rotate(x)
+    pairing    = gptj
+    rotary_dim = 64
+    positions  = pos
+    angles     = table(cos = cos, sin = sin)
 }
 rope gptj_bf16_f32 {
     in x:   bf16[tokens=T, heads=3, head_dim=64]
@@ -127,8 +139,18 @@ def test_which_plans_take_the_lanes_path():
     # interleaved pairs (2j, 2j + 1): dealt into even / odd lanes and woven back
     for name in ("ggml_normal", "ppl_rotary", "ppl_rotary_2d", "vllm_gptj_partial", "dynamic_ntk_packed"):
         assert names[name]["rg_run_avx512"]["pairs"] == "interleaved", name
-    # compute = storage, fp8 outputs, four-pair blocks, and columns two apart keep their loops
-    for name in ("atb_coeff4_fp16", "flashinfer_rope_quantize_fp8", "onnx_rope_4d", "qwen2_vl", "gptj_cache"):
+    # compute = storage: each product and sum rounded in the lanes (F16C, or bf16's carry form)
+    for name, rnd in (("atb_coeff4_fp16", "rg_vgrid_f16_avx512"), ("atb_coeff2_bf16", "rg_vgrid_bf16_avx512"),
+                      ("qwen2_vl", "rg_vgrid_bf16_avx2"), ("deepseek_v3_q", "rg_vgrid_bf16_avx512")):
+        assert names[name]["rg_run_avx512"]["rnd"] == rnd, name
+    assert names["llama3_8b"]["rg_run_avx512"]["rnd"] == ""      # float arithmetic: nothing rounded
+    # a table written per element (HF GPT-J's cache): columns 2j, 2j + 1 dealt into lanes as the pairs are
+    for name in ("gptj_cache", "gptj_table_bf16"):
+        assert names[name]["rg_run_avx512"]["col2"] == "rg_vld2_cols_avx512", name
+        assert names[name]["rg_run_avx2"]["pairs"] == "interleaved", name
+    assert names["ggml_normal"]["rg_run_avx512"]["col2"] == ""
+    # fp8 outputs and four-pair blocks keep their loops
+    for name in ("flashinfer_rope_quantize_fp8", "onnx_rope_4d"):
         assert names[name] == {}, name
     op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
     src = BACKEND.sources(op.plan, "llama3.rope")["llama3_8b.c"]
@@ -174,7 +196,8 @@ def test_every_variant_streamed_or_not_gives_the_baseline_bits(op, monkeypatch):
 
 
 LLAMA = [op for op in LANE_OPS if op.name in ("llama3_8b", "llama3_8b_f16", "dynamic_ntk", "hf_llama_per_token",
-                                              "ggml_normal", "dynamic_ntk_packed", "gptj_bf16_f32", "neox96_bf16_f32")]
+                                              "ggml_normal", "dynamic_ntk_packed", "gptj_bf16_f32", "neox96_bf16_f32",
+                                              "gptj_cache", "gptj_table_bf16")]
 
 
 @pytest.mark.parametrize("op", LLAMA, ids=[op.name for op in LLAMA])

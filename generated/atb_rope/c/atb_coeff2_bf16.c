@@ -270,6 +270,16 @@ static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
     const __m512i u = _mm512_castps_si512(v);
     return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
 }
+/* v rounded to the bf16 grid, as float, by the carry form (rg_grid_bf16_fast lane by lane: the RMSNorm
+ * fast path's rounding before the scale, and compute = storage in vector lanes) */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_bf16_avx2(__m256 v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(rg_bf16_rne_avx2(v), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_bf16_avx512(__m512 v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(rg_bf16_rne_avx512(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
 /* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN of
  * their sign (sign | 0x7fc0) */
 static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)
@@ -688,32 +698,27 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_q_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 64;
-                    float *rg_y = rg_yf + rg_u * 64;
+                    const uint16_t *rg_x = rg_xh + rg_u * 64;
+                    uint16_t *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = (rg_cos0[32 + 1 * rg_j]);
-                        const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
+                    for (int rg_j = 0; rg_j < 32; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 32 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 32 + 1 * rg_j);
+                        const __m256 sb = rg_vld_f32_avx2(rg_sin0 + 32 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[32 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 32 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -726,32 +731,27 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 1; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_k_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 64;
-                    float *rg_y = rg_yf + rg_u * 64;
+                    const uint16_t *rg_x = rg_xh + rg_u * 64;
+                    uint16_t *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = (rg_cos0[32 + 1 * rg_j]);
-                        const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
+                    for (int rg_j = 0; rg_j < 32; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 32 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 32 + 1 * rg_j);
+                        const __m256 sb = rg_vld_f32_avx2(rg_sin0 + 32 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[32 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 32 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -804,32 +804,27 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_q_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 64;
-                    float *rg_y = rg_yf + rg_u * 64;
+                    const uint16_t *rg_x = rg_xh + rg_u * 64;
+                    uint16_t *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = (rg_cos0[32 + 1 * rg_j]);
-                        const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
+                    for (int rg_j = 0; rg_j < 32; rg_j += 16) {
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 32 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 32 + 1 * rg_j);
+                        const __m512 sb = rg_vld_f32_avx512(rg_sin0 + 32 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[32 + 1 * rg_j] = yb;
+                        const __m512 ya = rg_vgrid_bf16_avx512(rg_vgrid_bf16_avx512(xa * ca) + rg_vgrid_bf16_avx512((-xb) * sa));
+                        const __m512 yb = rg_vgrid_bf16_avx512(rg_vgrid_bf16_avx512(xb * cb) + rg_vgrid_bf16_avx512(xa * sb));
+                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 32 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -842,32 +837,27 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 1; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * rope_k_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[64], rg_yf[64];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 64);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 64;
-                    float *rg_y = rg_yf + rg_u * 64;
+                    const uint16_t *rg_x = rg_xh + rg_u * 64;
+                    uint16_t *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 1j, 32 + 1j), j < 32; columns 0 + 1j, 32 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[32 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = (rg_cos0[32 + 1 * rg_j]);
-                        const rg_c sb = (rg_sin0[32 + 1 * rg_j]);
+                    for (int rg_j = 0; rg_j < 32; rg_j += 16) {
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
+                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 32 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 32 + 1 * rg_j);
+                        const __m512 sb = rg_vld_f32_avx512(rg_sin0 + 32 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[32 + 1 * rg_j] = yb;
+                        const __m512 ya = rg_vgrid_bf16_avx512(rg_vgrid_bf16_avx512(xa * ca) + rg_vgrid_bf16_avx512((-xb) * sa));
+                        const __m512 yb = rg_vgrid_bf16_avx512(rg_vgrid_bf16_avx512(xb * cb) + rg_vgrid_bf16_avx512(xa * sb));
+                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 32 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 64 + 0, rg_y + 0, 64, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
             }

@@ -270,6 +270,16 @@ static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
     const __m512i u = _mm512_castps_si512(v);
     return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
 }
+/* v rounded to the bf16 grid, as float, by the carry form (rg_grid_bf16_fast lane by lane: the RMSNorm
+ * fast path's rounding before the scale, and compute = storage in vector lanes) */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_bf16_avx2(__m256 v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(rg_bf16_rne_avx2(v), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_bf16_avx512(__m512 v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(rg_bf16_rne_avx512(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
 /* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN of
  * their sign (sign | 0x7fc0) */
 static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)
@@ -411,6 +421,64 @@ static inline void rg_deal_cols(const float *c, float *d, int n, int w)
             d[g + w + i] = c[g + 2 * i + 1];
         }
     }
+}
+/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor split into their even and odd
+ * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*): permutations
+ * only, so every value keeps its bits. */
+static inline RG_TARGET_AVX2 void rg_deal_avx2(__m256 v0, __m256 v1, __m256 *even, __m256 *odd)
+{
+    /* the shuffles pick within 128-bit lanes: quarters 0 2 1 3 put the eight results in order */
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xd8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd)), 0xd8));
+}
+static inline RG_TARGET_AVX2 void rg_weave_avx2(__m256 a, __m256 b, __m256 *v0, __m256 *v1)
+{
+    const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+    *v0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *v1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+static inline RG_TARGET_AVX512 void rg_deal_avx512(__m512 v0, __m512 v1, __m512 *even, __m512 *odd)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = _mm512_permutex2var_ps(v0, ie, v1);
+    *odd = _mm512_permutex2var_ps(v0, io, v1);
+}
+static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *v0, __m512 *v1)
+{
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *v0 = _mm512_permutex2var_ps(a, il, b);
+    *v1 = _mm512_permutex2var_ps(a, ih, b);
+}
+/* 2w float columns c[2j], c[2j + 1] dealt as the pairs are: a table written per element */
+static inline RG_TARGET_AVX2 void rg_vld2_cols_avx2(const float *c, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_f32_avx2(c), rg_vld_f32_avx2(c + 8), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_cols_avx512(const float *c, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_f32_avx512(c), rg_vld_f32_avx512(c + 16), a, b);
+}
+static inline RG_TARGET_AVX2 void rg_vld2_bf16_avx2(const uint16_t *s, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_bf16_avx2(s), rg_vld_bf16_avx2(s + 8), a, b);
+}
+static inline RG_TARGET_AVX2 void rg_vst2_bf16_avx2(uint16_t *d, __m256 a, __m256 b, int nt)
+{
+    __m256 v0, v1;
+    rg_weave_avx2(a, b, &v0, &v1);
+    rg_vstp_bf16_avx2(d, d + 8, v0, v1, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_bf16_avx512(const uint16_t *s, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_bf16_avx512(s), rg_vld_bf16_avx512(s + 16), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vst2_bf16_avx512(uint16_t *d, __m512 a, __m512 b, int nt)
+{
+    __m512 v0, v1;
+    rg_weave_avx512(a, b, &v0, &v1);
+    rg_vstp_bf16_avx512(d, d + 16, v0, v1, nt);
 }
 #endif
 
@@ -723,33 +791,28 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 128; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[192], rg_yf[192];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 192);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 192;
-                    float *rg_y = rg_yf + rg_u * 192;
+                    const uint16_t *rg_x = rg_xh + rg_u * 192;
+                    uint16_t *rg_y = rg_dst + rg_u * 192;
                     /* pairs (128 + 2j, 129 + 2j), j < 32; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[128 + 2 * rg_j]);
-                        const rg_c xb = (rg_x[129 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 32; rg_j += 8) {
+                        __m256 xa, xb;
+                        rg_vldd_bf16_avx2(rg_x + 128 + 2 * rg_j, &xa, &xb);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[128 + 2 * rg_j] = ya;
-                        rg_y[129 + 2 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstd_bf16_avx2(rg_y + 128 + 2 * rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 192 + 128, rg_y + 128, 64, rg_nt);
                     /* elements [0, 128) pass through as raw bits */
-                    for (int rg_i = 0; rg_i < 128; ++rg_i) rg_dst[rg_u * 192 + rg_i] = rg_xh[rg_u * 192 + rg_i];
+                    for (int rg_i = 0; rg_i < 128; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -793,33 +856,28 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 128; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[192], rg_yf[192];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 192);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 192;
-                    float *rg_y = rg_yf + rg_u * 192;
+                    const uint16_t *rg_x = rg_xh + rg_u * 192;
+                    uint16_t *rg_y = rg_dst + rg_u * 192;
                     /* pairs (128 + 2j, 129 + 2j), j < 32; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[128 + 2 * rg_j]);
-                        const rg_c xb = (rg_x[129 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 32; rg_j += 16) {
+                        __m512 xa, xb;
+                        rg_vldd_bf16_avx512(rg_x + 128 + 2 * rg_j, &xa, &xb);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
+                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[128 + 2 * rg_j] = ya;
-                        rg_y[129 + 2 * rg_j] = yb;
+                        const __m512 ya = rg_vgrid_bf16_avx512(rg_vgrid_bf16_avx512(xa * ca) + rg_vgrid_bf16_avx512((-xb) * sa));
+                        const __m512 yb = rg_vgrid_bf16_avx512(rg_vgrid_bf16_avx512(xb * cb) + rg_vgrid_bf16_avx512(xa * sb));
+                        rg_vstd_bf16_avx512(rg_y + 128 + 2 * rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 192 + 128, rg_y + 128, 64, rg_nt);
                     /* elements [0, 128) pass through as raw bits */
-                    for (int rg_i = 0; rg_i < 128; ++rg_i) rg_dst[rg_u * 192 + rg_i] = rg_xh[rg_u * 192 + rg_i];
+                    for (int rg_i = 0; rg_i < 128; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
             }

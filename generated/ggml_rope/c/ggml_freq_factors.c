@@ -271,6 +271,17 @@ static inline RG_TARGET_AVX512 void rg_vst_f16_avx512(uint16_t *d, __m512 v, int
 {
     rg_put32(d, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
 }
+/* v rounded to the f16 grid, as float (compute = storage in vector lanes): rg_grid_f16 lane by lane.
+ * The same bits for every value a product or a sum can be: arithmetic NaNs are quiet, and both keep
+ * their sign and top ten payload bits. */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_f16_avx2(__m256 v)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_f16_avx512(__m512 v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;

@@ -283,6 +283,15 @@ static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *
     *v0 = _mm512_permutex2var_ps(a, il, b);
     *v1 = _mm512_permutex2var_ps(a, ih, b);
 }
+/* 2w float columns c[2j], c[2j + 1] dealt as the pairs are: a table written per element */
+static inline RG_TARGET_AVX2 void rg_vld2_cols_avx2(const float *c, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_f32_avx2(c), rg_vld_f32_avx2(c + 8), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_cols_avx512(const float *c, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_f32_avx512(c), rg_vld_f32_avx512(c + 16), a, b);
+}
 static inline RG_TARGET_AVX2 void rg_vld2_f32_avx2(const float *s, __m256 *a, __m256 *b)
 {
     rg_deal_avx2(rg_vld_f32_avx2(s), rg_vld_f32_avx2(s + 8), a, b);

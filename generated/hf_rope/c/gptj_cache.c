@@ -271,6 +271,17 @@ static inline RG_TARGET_AVX512 void rg_vst_f16_avx512(uint16_t *d, __m512 v, int
 {
     rg_put32(d, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
 }
+/* v rounded to the f16 grid, as float (compute = storage in vector lanes): rg_grid_f16 lane by lane.
+ * The same bits for every value a product or a sum can be: arithmetic NaNs are quiet, and both keep
+ * their sign and top ten payload bits. */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_f16_avx2(__m256 v)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_f16_avx512(__m512 v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
@@ -294,6 +305,75 @@ static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *
     int i = 0;
     for (; i + 16 <= n; i += 16) rg_vst_f16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
     rg_f16_out_avx2(d + i, s + i, n - i, nt);
+}
+/* two vectors out: a at da, b at db */
+static inline RG_TARGET_AVX2 void rg_vstp_f16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+{
+    rg_vst_f16_avx2(da, a, nt);
+    rg_vst_f16_avx2(db, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_f16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
+    rg_vst_f16_avx512(da, a, nt);
+    rg_vst_f16_avx512(db, b, nt);
+}
+/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor split into their even and odd
+ * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*): permutations
+ * only, so every value keeps its bits. */
+static inline RG_TARGET_AVX2 void rg_deal_avx2(__m256 v0, __m256 v1, __m256 *even, __m256 *odd)
+{
+    /* the shuffles pick within 128-bit lanes: quarters 0 2 1 3 put the eight results in order */
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xd8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd)), 0xd8));
+}
+static inline RG_TARGET_AVX2 void rg_weave_avx2(__m256 a, __m256 b, __m256 *v0, __m256 *v1)
+{
+    const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+    *v0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *v1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+static inline RG_TARGET_AVX512 void rg_deal_avx512(__m512 v0, __m512 v1, __m512 *even, __m512 *odd)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = _mm512_permutex2var_ps(v0, ie, v1);
+    *odd = _mm512_permutex2var_ps(v0, io, v1);
+}
+static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *v0, __m512 *v1)
+{
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *v0 = _mm512_permutex2var_ps(a, il, b);
+    *v1 = _mm512_permutex2var_ps(a, ih, b);
+}
+/* 2w float columns c[2j], c[2j + 1] dealt as the pairs are: a table written per element */
+static inline RG_TARGET_AVX2 void rg_vld2_cols_avx2(const float *c, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_f32_avx2(c), rg_vld_f32_avx2(c + 8), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_cols_avx512(const float *c, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_f32_avx512(c), rg_vld_f32_avx512(c + 16), a, b);
+}
+static inline RG_TARGET_AVX2 void rg_vld2_f16_avx2(const uint16_t *s, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_f16_avx2(s), rg_vld_f16_avx2(s + 8), a, b);
+}
+static inline RG_TARGET_AVX2 void rg_vst2_f16_avx2(uint16_t *d, __m256 a, __m256 b, int nt)
+{
+    __m256 v0, v1;
+    rg_weave_avx2(a, b, &v0, &v1);
+    rg_vstp_f16_avx2(d, d + 8, v0, v1, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_f16_avx512(const uint16_t *s, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_f16_avx512(s), rg_vld_f16_avx512(s + 16), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vst2_f16_avx512(uint16_t *d, __m512 a, __m512 b, int nt)
+{
+    __m512 v0, v1;
+    rg_weave_avx512(a, b, &v0, &v1);
+    rg_vstp_f16_avx512(d, d + 16, v0, v1, nt);
 }
 #endif
 
@@ -552,34 +632,28 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[256], rg_yf[256];
-                rg_f16_in_avx2(rg_xf, rg_xh, 256);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 256;
-                    float *rg_y = rg_yf + rg_u * 256;
+                    const uint16_t *rg_x = rg_xh + rg_u * 256;
+                    uint16_t *rg_y = rg_dst + rg_u * 256;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 2j, 1 + 2j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = (rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 2 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 2 * rg_j]);
-                        const rg_c cb = (rg_cos0[1 + 2 * rg_j]);
-                        const rg_c sb = (rg_sin0[1 + 2 * rg_j]);
+                    for (int rg_j = 0; rg_j < 32; rg_j += 8) {
+                        __m256 xa, xb;
+                        rg_vld2_f16_avx2(rg_x + 0 + 2 * rg_j, &xa, &xb);
+                        __m256 ca, cb, sa, sb;
+                        rg_vld2_cols_avx2(rg_cos0 + 0 + 2 * rg_j, &ca, &cb);
+                        rg_vld2_cols_avx2(rg_sin0 + 0 + 2 * rg_j, &sa, &sb);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
-                        const rg_c yb = ((xb * cb) + (xa * sb));
-                        rg_y[0 + 2 * rg_j] = ya;
-                        rg_y[1 + 2 * rg_j] = yb;
+                        const __m256 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
+                        rg_vst2_f16_avx2(rg_y + 0 + 2 * rg_j, ya, yb, rg_nt);
                     }
-                    rg_f16_out_avx2(rg_dst + rg_u * 256 + 0, rg_y + 0, 64, rg_nt);
                     /* elements [64, 256) pass through as raw bits */
-                    for (int rg_i = 64; rg_i < 256; ++rg_i) rg_dst[rg_u * 256 + rg_i] = rg_xh[rg_u * 256 + rg_i];
+                    for (int rg_i = 64; rg_i < 256; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -634,34 +708,28 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to f16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[256], rg_yf[256];
-                rg_f16_in_avx512(rg_xf, rg_xh, 256);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 256;
-                    float *rg_y = rg_yf + rg_u * 256;
+                    const uint16_t *rg_x = rg_xh + rg_u * 256;
+                    uint16_t *rg_y = rg_dst + rg_u * 256;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 2j, 1 + 2j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = (rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 2 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 2 * rg_j]);
-                        const rg_c cb = (rg_cos0[1 + 2 * rg_j]);
-                        const rg_c sb = (rg_sin0[1 + 2 * rg_j]);
+                    for (int rg_j = 0; rg_j < 32; rg_j += 16) {
+                        __m512 xa, xb;
+                        rg_vld2_f16_avx512(rg_x + 0 + 2 * rg_j, &xa, &xb);
+                        __m512 ca, cb, sa, sb;
+                        rg_vld2_cols_avx512(rg_cos0 + 0 + 2 * rg_j, &ca, &cb);
+                        rg_vld2_cols_avx512(rg_sin0 + 0 + 2 * rg_j, &sa, &sb);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = ((xa * ca) + ((-xb) * sa));
-                        const rg_c yb = ((xb * cb) + (xa * sb));
-                        rg_y[0 + 2 * rg_j] = ya;
-                        rg_y[1 + 2 * rg_j] = yb;
+                        const __m512 ya = ((xa * ca) + ((-xb) * sa));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
+                        rg_vst2_f16_avx512(rg_y + 0 + 2 * rg_j, ya, yb, rg_nt);
                     }
-                    rg_f16_out_avx512(rg_dst + rg_u * 256 + 0, rg_y + 0, 64, rg_nt);
                     /* elements [64, 256) pass through as raw bits */
-                    for (int rg_i = 64; rg_i < 256; ++rg_i) rg_dst[rg_u * 256 + rg_i] = rg_xh[rg_u * 256 + rg_i];
+                    for (int rg_i = 64; rg_i < 256; ++rg_i) rg_y[rg_i] = rg_x[rg_i];
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
             }

@@ -270,6 +270,16 @@ static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
     const __m512i u = _mm512_castps_si512(v);
     return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
 }
+/* v rounded to the bf16 grid, as float, by the carry form (rg_grid_bf16_fast lane by lane: the RMSNorm
+ * fast path's rounding before the scale, and compute = storage in vector lanes) */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_bf16_avx2(__m256 v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(rg_bf16_rne_avx2(v), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_bf16_avx512(__m512 v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(rg_bf16_rne_avx512(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
 /* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN of
  * their sign (sign | 0x7fc0) */
 static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)

@@ -271,6 +271,17 @@ static inline RG_TARGET_AVX512 void rg_vst_f16_avx512(uint16_t *d, __m512 v, int
 {
     rg_put32(d, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
 }
+/* v rounded to the f16 grid, as float (compute = storage in vector lanes): rg_grid_f16 lane by lane.
+ * The same bits for every value a product or a sum can be: arithmetic NaNs are quiet, and both keep
+ * their sign and top ten payload bits. */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_f16_avx2(__m256 v)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_f16_avx512(__m512 v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
 static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, int n)
 {
     int i = 0;
@@ -334,6 +345,15 @@ static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *
     const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     *v0 = _mm512_permutex2var_ps(a, il, b);
     *v1 = _mm512_permutex2var_ps(a, ih, b);
+}
+/* 2w float columns c[2j], c[2j + 1] dealt as the pairs are: a table written per element */
+static inline RG_TARGET_AVX2 void rg_vld2_cols_avx2(const float *c, __m256 *a, __m256 *b)
+{
+    rg_deal_avx2(rg_vld_f32_avx2(c), rg_vld_f32_avx2(c + 8), a, b);
+}
+static inline RG_TARGET_AVX512 void rg_vld2_cols_avx512(const float *c, __m512 *a, __m512 *b)
+{
+    rg_deal_avx512(rg_vld_f32_avx512(c), rg_vld_f32_avx512(c + 16), a, b);
 }
 static inline RG_TARGET_AVX2 void rg_vld2_f16_avx2(const uint16_t *s, __m256 *a, __m256 *b)
 {

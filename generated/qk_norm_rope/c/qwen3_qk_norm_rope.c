@@ -270,6 +270,16 @@ static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
     const __m512i u = _mm512_castps_si512(v);
     return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
 }
+/* v rounded to the bf16 grid, as float, by the carry form (rg_grid_bf16_fast lane by lane: the RMSNorm
+ * fast path's rounding before the scale, and compute = storage in vector lanes) */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_bf16_avx2(__m256 v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(rg_bf16_rne_avx2(v), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_bf16_avx512(__m512 v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(rg_bf16_rne_avx512(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
 /* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN of
  * their sign (sign | 0x7fc0) */
 static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)
@@ -998,6 +1008,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosd0[RG_NCOLS], rg_sind0[RG_NCOLS];      /* the columns dealt as the pairs are (rg_deal_cols) */
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads;     float rg_head_norm0_wf[128];      /* q_rot's norm factors in float, and whether all are finite */
     const int rg_head_norm0_wok = rg_head_norm0_weights(q_weight, rg_head_norm0_wf);
@@ -1012,6 +1023,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         const int64_t rg_p0 = (int64_t)positions[rg_tm];
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
+        rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 8);
+        rg_deal_cols(rg_sin0, rg_sind0, RG_NCOLS, 8);
 
         /* q_rot = rotate(q): 32 heads */
         {
@@ -1135,6 +1148,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     uint16_t rg_buf[128];      /* one head, when streaming */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosd0[RG_NCOLS], rg_sind0[RG_NCOLS];      /* the columns dealt as the pairs are (rg_deal_cols) */
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads;     float rg_head_norm0_wf[128];      /* q_rot's norm factors in float, and whether all are finite */
     const int rg_head_norm0_wok = rg_head_norm0_weights(q_weight, rg_head_norm0_wf);
@@ -1149,6 +1163,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         const int64_t rg_p0 = (int64_t)positions[rg_tm];
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
+        rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 16);
+        rg_deal_cols(rg_sin0, rg_sind0, RG_NCOLS, 16);
 
         /* q_rot = rotate(q): 32 heads */
         {

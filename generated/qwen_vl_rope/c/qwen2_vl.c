@@ -270,6 +270,16 @@ static inline RG_TARGET_AVX512 __m512i rg_bf16_rne_avx512(__m512 v)
     const __m512i u = _mm512_castps_si512(v);
     return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
 }
+/* v rounded to the bf16 grid, as float, by the carry form (rg_grid_bf16_fast lane by lane: the RMSNorm
+ * fast path's rounding before the scale, and compute = storage in vector lanes) */
+static inline RG_TARGET_AVX2 __m256 rg_vgrid_bf16_avx2(__m256 v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(rg_bf16_rne_avx2(v), _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vgrid_bf16_avx512(__m512 v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(rg_bf16_rne_avx512(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
 /* v rounded to bf16 in the upper halves of its 32-bit lanes, NaN lanes the canonical quiet NaN of
  * their sign (sign | 0x7fc0) */
 static inline RG_TARGET_AVX2 __m256i rg_bf16_word_avx2(__m256 v)
@@ -876,61 +886,52 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 28; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 16; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[64 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[16 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[80 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin1[16 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[16 + 1 * rg_j] = ya;
-                        rg_y[80 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[40 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[104 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin2[40 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[40 + 1 * rg_j] = ya;
-                        rg_y[104 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 40 + rg_j, rg_y + 104 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -943,61 +944,52 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 16; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[64 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[16 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[80 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin1[16 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[16 + 1 * rg_j] = ya;
-                        rg_y[80 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[40 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[104 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin2[40 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[40 + 1 * rg_j] = ya;
-                        rg_y[104 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 40 + rg_j, rg_y + 104 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx2(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -1054,61 +1046,52 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 28; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 16; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[64 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[16 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[80 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin1[16 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[16 + 1 * rg_j] = ya;
-                        rg_y[80 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[40 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[104 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin2[40 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[40 + 1 * rg_j] = ya;
-                        rg_y[104 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 40 + rg_j, rg_y + 104 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
             }
@@ -1121,61 +1104,52 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
-                /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
-                 * with non-temporal stores straight to the output when streaming it and it is 16-byte aligned */
+                /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
+                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
-                float rg_xf[128], rg_yf[128];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
-                    const float *rg_x = rg_xf + rg_u * 128;
-                    float *rg_y = rg_yf + rg_u * 128;
+                    const uint16_t *rg_x = rg_xh + rg_u * 128;
+                    uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 16; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[0 + 1 * rg_j] = ya;
-                        rg_y[64 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[16 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[80 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin1[16 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[16 + 1 * rg_j] = ya;
-                        rg_y[80 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
-                    RG_SIMD
-                    for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = (rg_x[40 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[104 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin2[40 + 1 * rg_j]);
-                        const rg_c cb = ca, sb = sa;
+                    for (int rg_j = 0; rg_j < 24; rg_j += 8) {
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
+                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
+                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        const rg_c ya = rg_grid_bf16_fast(rg_grid_bf16_fast(xa * ca) + rg_grid_bf16_fast((-xb) * sa));
-                        const rg_c yb = rg_grid_bf16_fast(rg_grid_bf16_fast(xb * cb) + rg_grid_bf16_fast(xa * sb));
-                        rg_y[40 + 1 * rg_j] = ya;
-                        rg_y[104 + 1 * rg_j] = yb;
+                        const __m256 ya = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xa * ca) + rg_vgrid_bf16_avx2((-xb) * sa));
+                        const __m256 yb = rg_vgrid_bf16_avx2(rg_vgrid_bf16_avx2(xb * cb) + rg_vgrid_bf16_avx2(xa * sb));
+                        rg_vstp_bf16_avx2(rg_y + 40 + rg_j, rg_y + 104 + rg_j, ya, yb, rg_nt);
                     }
-                    rg_bf16_out_fast_avx512(rg_dst + rg_u * 128 + 0, rg_y + 0, 128, rg_nt);
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
             }

@@ -397,7 +397,8 @@ static inline rg_stash rg_sum_squares(const float *x)
 
 #if RG_DISPATCH
 /* the vector row loop's rounding of a normalized vector before the scale multiply: none (f32, or
- * bf16 rounded after the scale), or onto the bf16 grid by the fast path's carry form, on each lane */
+ * bf16 rounded after the scale), or onto the bf16 grid by the fast path's carry form, on each lane
+ * (rg_vgrid_bf16_*, _dispatch.inc.j2) */
 static inline RG_TARGET_AVX2 __m256 rg_vsame_avx2(__m256 v) { return v; }
 static inline RG_TARGET_AVX512 __m512 rg_vsame_avx512(__m512 v) { return v; }
 #endif

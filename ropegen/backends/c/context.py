@@ -204,18 +204,31 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     consecutive columns, a run of pairs is loaded (and converted) straight into vector registers,
     rotated there and stored (converted, non-temporal when streaming) straight to the output, instead of
     through a float copy of the head and a store buffer: the loads and the non-temporal stores
-    interleave, which is what lets an out-of-place call approach a copy's speed. Float arithmetic only
-    (the same bits as the scalar loop: each lane computes the scalar formula). lanes: variant -> its
+    interleave, which is what lets an out-of-place call approach a copy's speed. Float arithmetic, or
+    compute = storage with each product and sum rounded to the storage grid in the lanes (rnd: F16C, or
+    bf16's carry form; the wide loop's rounding, facts.GRID). Interleaved pairs take consecutive
+    columns, or columns 2j, 2j + 1 (col2). The same bits as the scalar loop: each
+    lane computes the scalar formula. lanes: variant -> its
     vector width, type and helpers (_dispatch.inc.j2); a variant whose width does not divide every
     block's count is absent (its loops stay as they were)."""
     def columns(b) -> bool:
         return b.ca_step == 1 and (b.same_columns or b.cb_step == 1)
 
+    def column_pairs(b) -> bool:
+        # a table written per element (HF GPT-J's repeat_interleave): pair j's columns 2j, 2j + 1,
+        # dealt into even / odd lanes as the pair is
+        return b.ca_step == 2 and b.cb_step == 2 and b.cb0 == b.ca0 + 1
+
+    def interleaved(b) -> bool:
+        return b.a_step == 2 and b.b_step == 2 and b.b0 == b.a0 + 1
+
     runs = all(b.a_step == 1 and b.b_step == 1 and columns(b) for b in p.blocks)
-    woven = all(b.a_step == 2 and b.b_step == 2 and b.b0 == b.a0 + 1 and columns(b) for b in p.blocks)
-    if fp8 or arith != "f32" or p.storage.name not in ("f32", "f16", "bf16") or not (runs or woven):
-        return dict(lanes={}, lanes_t="", lanes_interleaved=False)
+    col2 = all(interleaved(b) and column_pairs(b) for b in p.blocks)
+    woven = col2 or all(interleaved(b) and columns(b) for b in p.blocks)
     t = p.storage.name
+    rounded = arith in facts.VGRID and arith == f"{t}r"    # compute = storage: rounded in the lanes
+    if fp8 or not (arith == "f32" or rounded) or t not in ("f32", "f16", "bf16") or not (runs or woven):
+        return dict(lanes={}, lanes_t="", lanes_interleaved=False)
 
     def dealt(width: int) -> bool:
         # bf16 runs, two registers of pairs a step: loaded and stored whole, the even and odd values
@@ -233,7 +246,8 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
                     st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16",
                     col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{split}_{t}_{isa}", st2=f"rg_vst{split}_{t}_{isa}",
                     pairs="runs" if runs else "interleaved", deal=deal, step=2 * width if deal else width,
-                    ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}")
+                    ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}", col2=f"rg_vld2_cols_{isa}" if col2 else "",
+                    rnd=facts.VGRID[arith].format(isa=isa) if rounded else "")
 
     def divides(width: int) -> bool:
         return all(b.count % width == 0 for b in p.blocks)

@@ -21,6 +21,8 @@ ROUND = {"f64": "", "f32": "", "f16r": "rg_round_f16", "bf16r": "rg_round_bf16"}
 # included; only its payload may differ from the canonical one, and rg_bf16_out_fast writes every NaN
 # as the canonical one (an operation on two NaNs picks by operand order, never by payload)
 GRID = {"f16r": "rg_grid_f16", "bf16r": "rg_grid_bf16_fast"}
+# ... and the same rounding of a vector register, per instruction set (_dispatch.inc.j2)
+VGRID = {"f16r": "rg_vgrid_f16_{isa}", "bf16r": "rg_vgrid_bf16_{isa}"}
 SQRT = {"f64": "sqrt", "f32": "sqrtf"}
 # a constant of a float arithmetic type, printed so that it reads back exactly
 LITERAL = {"f64": c_double, "f32": c_float}
