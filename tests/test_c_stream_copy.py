@@ -6,6 +6,7 @@ baseline's bits, unstreamed, every time."""
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ pytestmark = [
 
 # rows of 4096 (whole 256-byte blocks per piece) and of 300 (every row starts at another alignment,
 # and ends in a tail shorter than one store); RoPE heads of 50 pairs (no vector width divides them)
-# keep the store buffer
+# keep the store buffer; f16 heads of 98 elements, 36 rotated (18 pairs: no vector width either), the
+# rest passed through: heads at every 2-byte offset, and a passthrough from byte 72 of 196
 SPECS = """
 rmsnorm rms_f32_4096 { in x: f32[N, 4096]  in scale: f32[4096]  out y }
 rmsnorm rms_bf16_4096 { in x: bf16[N, 4096]  in scale: bf16[4096]  out y }
@@ -38,6 +40,16 @@ rope rope_bf16_buffered {
     positions = pos
     angles    = computed(base = 10000)
     compute   = storage
+}
+rope rope_f16_partial_wide {
+    in x:   f16[tokens=T, heads=3, head_dim=98]
+    in pos: i32[T]
+    out y = rotate(x)
+    pairing    = neox
+    rotary_dim = 36
+    positions  = pos
+    angles     = computed(base = 10000)
+    compute    = f32
 }
 """
 OPS = list(ropegen.compile(SPECS, file="stream_copy.rope"))
@@ -71,3 +83,22 @@ def test_streamed_outputs_at_every_offset_give_the_baseline_bits(op, offset, mon
             op.run_all(*args, backend="c", out=outs, threads=threads)
             for a, b in zip(want, outs):
                 assert _same_bits(a, b), (op.name, isa, offset, threads)
+
+
+def test_passed_through_elements_are_streamed_as_the_rotated_ones():
+    """A streamed output takes no plain store into a line it writes non-temporally (the write-combining
+    buffer would be flushed part-filled: HF GPT-J f16 at T = 4096, 16 bytes into a line, 30 ms against
+    2.2 ms): a partial rotary's passthrough goes out through rg_pass_* (non-temporal with the pairs),
+    and the copies' edges through 4-byte non-temporal stores."""
+    gptj = ropegen.compile(Path(__file__).resolve().parents[1] / "examples" / "hf_rope.rope")["gptj_cache"]
+    wide = next(op for op in OPS if op.name == "rope_f16_partial_wide")
+    assert rope_context(gptj.plan)["lanes"] and not rope_context(wide.plan)["lanes"]
+    for op in (gptj, wide):
+        src = BACKEND.sources(op.plan, "x.rope")[f"{op.name}.c"]
+        for isa in ("avx2", "avx512"):
+            body = src[src.index(f"void rg_run_{isa}("):]
+            body = body[:body.index("\n}\n")]
+            assert f"rg_pass_{isa}(" in body and "rg_nt);" in body, (op.name, isa)
+            assert "rg_i) rg_y[rg_i] = rg_x[rg_i]" not in body and "+ rg_i] = rg_xh[" not in body, (op.name, isa)
+        edge = src[src.index("static inline void rg_stream_edge("):]
+        assert "_mm_stream_si32" in edge[:edge.index("\n}\n")]

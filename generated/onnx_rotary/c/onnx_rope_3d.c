@@ -217,31 +217,49 @@ static int rg_isa(void)
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
 #include <emmintrin.h>
 #define RG_CAN_STREAM 1
+/* A streamed output takes no cached store into a line it also writes non-temporally: a cached store
+ * into a line that a write-combining buffer holds flushes the buffer part-filled, so such a line costs
+ * far more than a whole one (HF GPT-J f16 q, T = 4096, one thread, outputs 16 bytes into a line, the
+ * edges of each head's copy and the passthrough stored plainly: 30 ms against 3.4 ms on a line). The
+ * bytes around a copy's 16-byte stores go out as 4-byte non-temporal stores; only bytes off a 4-byte
+ * boundary (2-byte elements at an odd index) are stored plainly. */
+static inline void rg_stream_edge(char *d, const char *s, size_t n)
+{
+    for (; n && ((uintptr_t)d & 3u); --n) *d++ = *s++;
+    for (; n >= 4; n -= 4, d += 4, s += 4) {
+        int v;
+        memcpy(&v, s, 4);
+        _mm_stream_si32((int *)(void *)d, v);
+    }
+    memcpy(d, s, n);
+}
+/* n bytes to d, non-temporally: edges as above, 16-byte stores between */
 static inline void rg_stream_copy(void *dst, const void *src, size_t n)
 {
     char *d = (char *)dst;
     const char *s = (const char *)src;
     size_t head = (size_t)(-(uintptr_t)d & 15u);
     if (head > n) head = n;
-    memcpy(d, s, head);
+    rg_stream_edge(d, s, head);
     d += head; s += head; n -= head;
     for (; n >= 16; n -= 16, d += 16, s += 16)
         _mm_stream_si128((__m128i *)(void *)d, _mm_loadu_si128((const __m128i *)(const void *)s));
-    memcpy(d, s, n);
+    rg_stream_edge(d, s, n);
 }
 static inline void rg_stream_fence(void) { _mm_sfence(); }
 #if RG_DISPATCH
 #include <immintrin.h>
 /* The same copy for the AVX2 and AVX-512 loop bodies: 32- and 64-byte streaming stores, four per
- * iteration. A 64-byte store fills a write-combining buffer at once; 16-byte ones left RMSNorm's bf16
- * rows waiting on their stores (one thread: 23 -> 30 GB/s with 64-byte stores). */
+ * iteration, 16-byte ones up to the first wide boundary and after the last. A 64-byte store fills a
+ * write-combining buffer at once; 16-byte ones left RMSNorm's bf16 rows waiting on their stores (one
+ * thread: 23 -> 30 GB/s with 64-byte stores). */
 static inline RG_TARGET_AVX2 void rg_stream_copy_avx2(void *dst, const void *src, size_t n)
 {
     char *d = (char *)dst;
     const char *s = (const char *)src;
     size_t head = (size_t)(-(uintptr_t)d & 31u);
     if (head > n) head = n;
-    memcpy(d, s, head);
+    rg_stream_copy(d, s, head);
     d += head; s += head; n -= head;
     for (; n >= 128; n -= 128, d += 128, s += 128) {
         const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);
@@ -255,7 +273,7 @@ static inline RG_TARGET_AVX2 void rg_stream_copy_avx2(void *dst, const void *src
     }
     for (; n >= 32; n -= 32, d += 32, s += 32)
         _mm256_stream_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
-    memcpy(d, s, n);
+    rg_stream_copy(d, s, n);
 }
 static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void *src, size_t n)
 {
@@ -263,7 +281,7 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
     const char *s = (const char *)src;
     size_t head = (size_t)(-(uintptr_t)d & 63u);
     if (head > n) head = n;
-    memcpy(d, s, head);
+    rg_stream_copy(d, s, head);
     d += head; s += head; n -= head;
     for (; n >= 256; n -= 256, d += 256, s += 256) {
         const __m512i a = _mm512_loadu_si512((const void *)s);
@@ -277,7 +295,19 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
     }
     for (; n >= 64; n -= 64, d += 64, s += 64)
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
-    memcpy(d, s, n);
+    rg_stream_copy(d, s, n);
+}
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+ * in place they are already there */
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+{
+    if (nt) rg_stream_copy_avx2(d, s, n);
+    else if (d != s) memcpy(d, s, n);
+}
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+{
+    if (nt) rg_stream_copy_avx512(d, s, n);
+    else if (d != s) memcpy(d, s, n);
 }
 #endif
 #else
