@@ -30,7 +30,7 @@ def best_us(fns: dict, rounds: int, calls: int = 300) -> dict:
     return best
 
 
-def onnx_run(op, arrays: dict):
+def onnx_run(op, arrays: dict, threads: int = 1):
     try:
         import onnxruntime as ort
     except ImportError:
@@ -40,7 +40,8 @@ def onnx_run(op, arrays: dict):
         return None
     model, feeds, _ = built
     so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")    # as ropegen bench's peer
     try:
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         feeds = {n: np.ascontiguousarray(a) for n, a in feeds.items()}

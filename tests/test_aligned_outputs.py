@@ -46,3 +46,87 @@ def test_the_c_backend_allocates_large_outputs_on_a_line():
     op.run(q, k, pos, backend="c", out=(out_q, out_k))
     assert np.array_equal(out_q.view(np.uint16), q_rot.view(np.uint16))
     assert np.array_equal(out_k.view(np.uint16), k_rot.view(np.uint16))
+
+
+MIB = 1 << 20
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def test_a_dropped_buffer_is_reused_and_one_still_used_never_is():
+    pool = aligned._Pool(64 * MIB)
+    a = pool.take(2 * MIB)
+    first = _addr(a)
+    assert first % aligned.LINE == 0 and a.nbytes == 2 * MIB
+    del a
+    b = pool.take(2 * MIB)
+    assert _addr(b) == first
+    # whatever still reaches the memory keeps it: the array, a view of a view, a typed reshape, an export
+    for keep in (lambda x: x, lambda x: x[::3][1:], lambda x: x.view(np.float32).reshape(-1, 4), memoryview):
+        held = keep(b)
+        del b
+        other = pool.take(2 * MIB)
+        assert _addr(other) != first
+        del other, held
+        b = pool.take(2 * MIB)
+        assert _addr(b) == first
+    assert _addr(pool.take(3 * MIB)) != first      # another size: another buffer
+
+
+def test_the_pool_keeps_at_most_its_limit_and_release_drops_the_free_buffers():
+    pool = aligned._Pool(5 * MIB)
+    a, b = pool.take(2 * MIB), pool.take(2 * MIB)
+    c = pool.take(2 * MIB)          # would pass the limit while a and b are used: not kept
+    assert pool.held == 4 * MIB
+    addr_a = _addr(a)
+    del a, c
+    d = pool.take(3 * MIB)          # the free 2 MiB buffer is dropped to make room
+    assert pool.held == 5 * MIB and _addr(d) != addr_a
+    del d
+    assert pool.release() == 3 * MIB and pool.held == 2 * MIB     # b is still used
+    del b
+    assert pool.release() == 2 * MIB and pool.held == 0 and not pool.by_size
+    off = aligned._Pool(0)
+    off.take(2 * MIB)
+    assert off.held == 0 and not off.by_size
+
+
+def test_the_pool_limit_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv(aligned.POOL_ENV, "16")
+    assert aligned.pool_bytes() == 16 * MIB
+    monkeypatch.setenv(aligned.POOL_ENV, "0")
+    assert aligned.pool_bytes() == 0
+    monkeypatch.setenv(aligned.POOL_ENV, "lots")
+    with pytest.warns(RuntimeWarning, match="not a whole number of MiB"):
+        assert aligned.pool_bytes() == aligned.POOL_MB * MIB
+
+
+@pytest.mark.skipif(CBackend().unavailable() is not None, reason=str(CBackend().unavailable()))
+@pytest.mark.parametrize("fastcall", ["1", "0"])
+def test_op_run_reuses_dropped_outputs_and_never_one_the_caller_holds(fastcall, monkeypatch):
+    monkeypatch.setenv("ROPEGEN_FASTCALL", fastcall)
+    op = ropegen.compile(ROOT / "examples" / "llama3.rope")["llama3_8b"]
+    rng = np.random.default_rng(5)
+    T = 256      # q_rot is 2 MiB: from the pool
+    args = [(rng.standard_normal((T, 32, 128)).astype(ml_dtypes.bfloat16),
+             rng.standard_normal((T, 8, 128)).astype(ml_dtypes.bfloat16), rng.integers(0, 4096, T)) for _ in range(3)]
+    want = [[np.array(x, copy=True) for x in op.run(*a, backend="c")] for a in args]
+    bound = op.bind(*args[0], backend="c")
+    for call in (lambda a: op.run(*a, backend="c"), lambda a: bound(*a)):
+        first = call(args[0])[0]
+        kept = first[::2]               # only a view of the first result survives
+        held_at = _addr(first)
+        del first
+        second = call(args[1])[0]
+        assert _addr(second) != held_at
+        assert np.array_equal(kept.view(np.uint16), want[0][0][::2].view(np.uint16))   # not overwritten
+        del kept, second
+        pooled = len(aligned._POOL.by_size[2 * MIB])
+        third = call(args[2])[0]        # takes a free buffer: the pool does not grow
+        assert len(aligned._POOL.by_size[2 * MIB]) == pooled and third.ctypes.data % aligned.LINE == 0
+        assert np.array_equal(third.view(np.uint16), want[2][0].view(np.uint16))
+        del third
+        again = call(args[0])[0]
+        assert np.array_equal(again.view(np.uint16), want[0][0].view(np.uint16))
