@@ -10,10 +10,11 @@ whose cost is what a decode call feels; a view of a larger buffer costs about a 
 A new large buffer is fresh pages from the system: glibc maps every allocation over 32 MiB anew and
 unmaps it when freed, so each call faulted every 4 KiB page in and the system zeroed it. That more than
 doubled a prefill call from Python (llama3 f32 q + k, T = 4096, one thread: `op.run` 19.2 ms against
-8.6 ms for the same kernel writing preallocated outputs; bench/prefill_call.py). The pool keeps those buffers, as PyTorch's caching allocator
-does: a buffer no array uses any more (no array, view or export holds it: its reference count is the
-pool's own) is handed out again for an output of the same size. It holds at most POOL_BYTES in all
-(`ROPEGEN_OUTPUT_POOL_MB`, 0 to switch it off); `release()` drops the buffers no array uses.
+8.6 ms for the same kernel writing preallocated outputs; bench/prefill_call.py). The pool keeps those
+buffers, as PyTorch's caching allocator does: a buffer no array uses any more (no array, view or
+export holds it: its reference count is the pool's own) is handed out again for an output of the same
+size. It holds at most pool_bytes() in all ($ROPEGEN_OUTPUT_POOL_MB, default POOL_MB; 0 switches it
+off); `release()` drops the buffers no array uses.
 """
 from __future__ import annotations
 

@@ -102,18 +102,15 @@ static inline double cvt_f32_f64(float v) { return (double)v; }
 static inline double cvt_f16_f64(ushort v) { return (double)cvt_f16_f32(v); }
 static inline double cvt_bf16_f64(ushort v) { return (double)cvt_bf16_f32(v); }
 static inline float cvt_f64_f32(double v) { return convert_float_rte(v); }
-static inline ushort cvt_f64_f16(double v) {
-    // one rounding: to float rounding to odd (the sticky bit survives), then to f16 to nearest even
+// f64 to a 16-bit type rounds once: to float rounding to odd (the sticky bit survives), then to the
+// 16-bit type to nearest even (float keeps more than two bits beyond either's significand)
+static inline float rto_f64_f32(double v) {
     float f = convert_float_rtz(v);
     if ((double)f != v && !isnan(v)) f = as_float(as_uint(f) | 1u);
-    return cvt_f32_f16(f);
+    return f;
 }
-static inline ushort cvt_f64_bf16(double v) {
-    // one rounding: to float rounding to odd (the sticky bit survives), then to bf16 to nearest even
-    float f = convert_float_rtz(v);
-    if ((double)f != v && !isnan(v)) f = as_float(as_uint(f) | 1u);
-    return cvt_f32_bf16(f);
-}
+static inline ushort cvt_f64_f16(double v) { return cvt_f32_f16(rto_f64_f32(v)); }
+static inline ushort cvt_f64_bf16(double v) { return cvt_f32_bf16(rto_f64_f32(v)); }
 #endif
 
 typedef float storage_t;   // element type of the rotated tensors (f32)
