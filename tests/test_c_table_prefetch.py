@@ -1,9 +1,12 @@
 """The C backend fetches the next token's cos / sin table rows while a token is rotated, where a
-positions input picks the rows (they can lie anywhere in the table). A prefetch is a hint: what these
-tests check is which plans print it and that it reads the next token's position only inside the
-chunk (the sanitizer run of every example in test_c_backend.py fails on a read past the positions)."""
+positions input picks the rows (they can lie anywhere in the table), and the next token's heads (every
+kernel: the hardware prefetchers stop at each 4 KiB page). A prefetch is a hint: what these tests
+check is which plans print it and that it reads the next token's position, or points at the next
+token's heads, only inside the chunk and the sequence (the sanitizer run of every example in
+test_c_backend.py fails on a read past the positions)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import ropegen
@@ -30,3 +33,31 @@ def test_the_prefetch_reads_the_next_position_only_inside_the_chunk():
     base = src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
     guard = base.index("if (rg_t + 1 < rg_t1) {")
     assert "[rg_tm + 1]" in base[guard:guard + 200] and "rg_prefetch_row(" in base[guard:guard + 400]
+
+
+def _variants(src: str) -> list[str]:
+    names = ("void rg_run_base(", "void rg_run_avx2(", "void rg_run_avx512(")
+    at = [src.index(n) for n in names if n in src]
+    return [src[a:b] for a, b in zip(at, at[1:] + [len(src)])]
+
+
+def test_every_kernel_fetches_the_next_tokens_heads_inside_the_chunk_and_sequence():
+    for name, op in OPS.items():
+        src = CBackend().sources(op.plan, op.spec.file)[f"{op.name}.c"]
+        # packed tokens: the next token of the chunk; batch and sequence: of the chunk and the sequence
+        guard = ("const int rg_ahead = rg_t + 1 < rg_t1;" if op.plan.token_layout == "t"
+                 else "const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;")
+        for body in _variants(src):
+            heads = len(re.findall(r"/\* \w+ = (?:rotate|copy)\(", body))     # one head loop a stream
+            assert guard in body and heads, name
+            # each stream's head loop: this head of the next token (its token step), the head's bytes
+            assert body.count("if (rg_ahead) rg_prefetch(rg_xt + rg_h * ") == heads, name
+            assert body.count(" * sizeof rg_xt[0]);") >= heads, name
+
+
+def test_rmsnorm_fetches_the_next_row_inside_the_chunk():
+    op = next(o for o in ropegen.compile(ROOT / "examples" / "onnx_rmsnorm.rope") if o.kind == "rmsnorm")
+    src = CBackend().sources(op.plan, op.spec.file)[f"{op.name}.c"]
+    for body in _variants(src):
+        guard = body.index("if (r + 1 < r1) {")
+        assert "rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);" in body[guard:guard + 200]

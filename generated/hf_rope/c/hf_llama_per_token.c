@@ -175,6 +175,19 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * one-token llama3 call (0.6 us). */
 #define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
+/* n bytes from p into the cache ahead of their use: a hint, no effect on results. The hardware
+ * prefetchers follow one stream but stop at each 4 KiB page, and a token's heads (or a row) span
+ * several; a kernel fetches the next token's head (row piece, table row) while it works on this one.
+ * llama3 bf16 q + k, T = 16384, one thread, out of place: 12.5 -> 17 GB/s; in place 12.4 -> 19.7. */
+static inline void rg_prefetch(const void *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
@@ -621,12 +634,15 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
         /* no positions: the tables hold one row per token */
 
         rg_angles(cos + rg_tm * 128, sin + rg_tm * 128, rg_cos0, rg_sin0);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* q_rot = rotate(q): 32 heads */
         {
             const uint16_t *rg_xt = q + rg_b * q_stride_batch + rg_s * q_stride_seq;
             uint16_t *rg_yt = q_rot + rg_b * q_rot_stride_batch + rg_s * q_rot_stride_seq;
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_seq, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -659,6 +675,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             const uint16_t *rg_xt = k + rg_b * k_stride_batch + rg_s * k_stride_seq;
             uint16_t *rg_yt = k_rot + rg_b * k_rot_stride_batch + rg_s * k_rot_stride_seq;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_seq, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -729,12 +746,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         /* no positions: the tables hold one row per token */
 
         rg_angles(cos + rg_tm * 128, sin + rg_tm * 128, rg_cos0, rg_sin0);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* q_rot = rotate(q): 32 heads */
         {
             const uint16_t *rg_xt = q + rg_b * q_stride_batch + rg_s * q_stride_seq;
             uint16_t *rg_yt = q_rot + rg_b * q_rot_stride_batch + rg_s * q_rot_stride_seq;
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_seq, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
@@ -768,6 +788,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             const uint16_t *rg_xt = k + rg_b * k_stride_batch + rg_s * k_stride_seq;
             uint16_t *rg_yt = k_rot + rg_b * k_rot_stride_batch + rg_s * k_rot_stride_seq;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_seq, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
@@ -838,12 +859,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         /* no positions: the tables hold one row per token */
 
         rg_angles(cos + rg_tm * 128, sin + rg_tm * 128, rg_cos0, rg_sin0);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* q_rot = rotate(q): 32 heads */
         {
             const uint16_t *rg_xt = q + rg_b * q_stride_batch + rg_s * q_stride_seq;
             uint16_t *rg_yt = q_rot + rg_b * q_rot_stride_batch + rg_s * q_rot_stride_seq;
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_seq, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
@@ -877,6 +901,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             const uint16_t *rg_xt = k + rg_b * k_stride_batch + rg_s * k_stride_seq;
             uint16_t *rg_yt = k_rot + rg_b * k_rot_stride_batch + rg_s * k_rot_stride_seq;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_seq, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and

@@ -176,6 +176,19 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * one-token llama3 call (0.6 us). */
 #define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
+/* n bytes from p into the cache ahead of their use: a hint, no effect on results. The hardware
+ * prefetchers follow one stream but stop at each 4 KiB page, and a token's heads (or a row) span
+ * several; a kernel fetches the next token's head (row piece, table row) while it works on this one.
+ * llama3 bf16 q + k, T = 16384, one thread, out of place: 12.5 -> 17 GB/s; in place 12.4 -> 19.7. */
+static inline void rg_prefetch(const void *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
@@ -379,13 +392,6 @@ static inline void rg_stream_fence(void) {}
 #define RG_CHUNK 16          /* rows per scheduling chunk */
 #define RG_PIECE 1024       /* output elements per streamed piece */
 
-/* a hint to fetch the next row while this one is normalized (no effect on results) */
-#if defined(__GNUC__)
-#define RG_PREFETCH(p) __builtin_prefetch((p), 0, 3)
-#else
-#define RG_PREFETCH(p) ((void)(p))
-#endif
-
 typedef float rg_stash;    /* stage one: f32 */
 typedef float rg_prod;     /* scale multiply */
 
@@ -448,8 +454,7 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
             const int nt = 0;
             float *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
-                const char *next = (const char *)(xr + RG_N + i0);
-                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+                rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
             {
                 int64_t i = 0;
@@ -481,8 +486,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
             const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
             float *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
-                const char *next = (const char *)(xr + RG_N + i0);
-                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+                rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
             {
                 int64_t i = 0;
@@ -519,8 +523,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
             const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
             float *dst = (stream && !nt) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
-                const char *next = (const char *)(xr + RG_N + i0);
-                for (int64_t b = 0; b < n * (int64_t)sizeof xr[0]; b += 64) RG_PREFETCH(next + b);
+                rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
             {
                 int64_t i = 0;

@@ -175,6 +175,19 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * one-token llama3 call (0.6 us). */
 #define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
+/* n bytes from p into the cache ahead of their use: a hint, no effect on results. The hardware
+ * prefetchers follow one stream but stop at each 4 KiB page, and a token's heads (or a row) span
+ * several; a kernel fetches the next token's head (row piece, table row) while it works on this one.
+ * llama3 bf16 q + k, T = 16384, one thread, out of place: 12.5 -> 17 GB/s; in place 12.4 -> 19.7. */
+static inline void rg_prefetch(const void *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
@@ -346,11 +359,7 @@ static inline void rg_angles(const float *cos_row, const float *sin_row, rg_c *r
 /* a table row into the cache ahead of its use (a hint: no effect on results) */
 static inline void rg_prefetch_row(const float *row)
 {
-#if defined(__GNUC__)
-    for (size_t b = 0; b < RG_NCOLS * sizeof row[0]; b += 64) __builtin_prefetch((const char *)row + b, 0, 3);
-#else
-    (void)row;
-#endif
+    rg_prefetch(row, RG_NCOLS * sizeof row[0]);
 }
 
 
@@ -412,12 +421,15 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             rg_prefetch_row(cos_cache + rg_pn * 2);
             rg_prefetch_row(sin_cache + rg_pn * 2);
         }
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* y = rotate(x): 4 heads */
         {
             const float *rg_xt = x + rg_b * x_stride_batch + rg_s * x_stride_seq;
             float *rg_yt = y + rg_b * y_stride_batch + rg_s * y_stride_seq;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * x_stride_head + x_stride_seq, 8 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -488,12 +500,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             rg_prefetch_row(cos_cache + rg_pn * 2);
             rg_prefetch_row(sin_cache + rg_pn * 2);
         }
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* y = rotate(x): 4 heads */
         {
             const float *rg_xt = x + rg_b * x_stride_batch + rg_s * x_stride_seq;
             float *rg_yt = y + rg_b * y_stride_batch + rg_s * y_stride_seq;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * x_stride_head + x_stride_seq, 8 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -563,12 +578,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             rg_prefetch_row(cos_cache + rg_pn * 2);
             rg_prefetch_row(sin_cache + rg_pn * 2);
         }
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* y = rotate(x): 4 heads */
         {
             const float *rg_xt = x + rg_b * x_stride_batch + rg_s * x_stride_seq;
             float *rg_yt = y + rg_b * y_stride_batch + rg_s * y_stride_seq;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * x_stride_head + x_stride_seq, 8 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;

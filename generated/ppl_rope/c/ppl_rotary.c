@@ -175,6 +175,19 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * one-token llama3 call (0.6 us). */
 #define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
+/* n bytes from p into the cache ahead of their use: a hint, no effect on results. The hardware
+ * prefetchers follow one stream but stop at each 4 KiB page, and a token's heads (or a row) span
+ * several; a kernel fetches the next token's head (row piece, table row) while it works on this one.
+ * llama3 bf16 q + k, T = 16384, one thread, out of place: 12.5 -> 17 GB/s; in place 12.4 -> 19.7. */
+static inline void rg_prefetch(const void *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
@@ -636,12 +649,15 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
         const int64_t rg_p0 = rg_wrap_sub(rg_wrap_add(start_pos, rg_s), (int64_t)pad_len[rg_b]);
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* rotated_query = rotate(query): 8 heads */
         {
             const float *rg_xt = query + rg_b * query_stride_batch + rg_s * query_stride_seq;
             float *rg_yt = rotated_query + rg_b * rotated_query_stride_batch + rg_s * rotated_query_stride_seq;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * query_stride_head + query_stride_seq, 64 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * query_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -673,6 +689,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             const float *rg_xt = key + rg_b * key_stride_batch + rg_s * key_stride_seq;
             float *rg_yt = rotated_key + rg_b * rotated_key_stride_batch + rg_s * rotated_key_stride_seq;
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * key_stride_head + key_stride_seq, 64 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * key_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_key_stride_head;
                 float *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -742,12 +759,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         const int64_t rg_p0 = rg_wrap_sub(rg_wrap_add(start_pos, rg_s), (int64_t)pad_len[rg_b]);
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* rotated_query = rotate(query): 8 heads */
         {
             const float *rg_xt = query + rg_b * query_stride_batch + rg_s * query_stride_seq;
             float *rg_yt = rotated_query + rg_b * rotated_query_stride_batch + rg_s * rotated_query_stride_seq;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * query_stride_head + query_stride_seq, 64 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * query_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded straight from the head and
@@ -780,6 +800,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             const float *rg_xt = key + rg_b * key_stride_batch + rg_s * key_stride_seq;
             float *rg_yt = rotated_key + rg_b * rotated_key_stride_batch + rg_s * rotated_key_stride_seq;
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * key_stride_head + key_stride_seq, 64 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * key_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_key_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded straight from the head and
@@ -849,12 +870,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         const int64_t rg_p0 = rg_wrap_sub(rg_wrap_add(start_pos, rg_s), (int64_t)pad_len[rg_b]);
 
         rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;
 
         /* rotated_query = rotate(query): 8 heads */
         {
             const float *rg_xt = query + rg_b * query_stride_batch + rg_s * query_stride_seq;
             float *rg_yt = rotated_query + rg_b * rotated_query_stride_batch + rg_s * rotated_query_stride_seq;
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * query_stride_head + query_stride_seq, 64 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * query_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_query_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded straight from the head and
@@ -887,6 +911,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             const float *rg_xt = key + rg_b * key_stride_batch + rg_s * key_stride_seq;
             float *rg_yt = rotated_key + rg_b * rotated_key_stride_batch + rg_s * rotated_key_stride_seq;
             for (int64_t rg_h = 0; rg_h < 2; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * key_stride_head + key_stride_seq, 64 * sizeof rg_xt[0]);
                 const float *rg_xh = rg_xt + rg_h * key_stride_head;
                 float *rg_yh = rg_yt + rg_h * rotated_key_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded straight from the head and

@@ -175,6 +175,19 @@ static inline uint16_t rg_store_bf16r_bf16(float v) { return rg_f32_to_bf16(v); 
  * one-token llama3 call (0.6 us). */
 #define RG_THREADED(nchunks, threads) ((nchunks) > 1 && (threads) > 1)
 
+/* n bytes from p into the cache ahead of their use: a hint, no effect on results. The hardware
+ * prefetchers follow one stream but stop at each 4 KiB page, and a token's heads (or a row) span
+ * several; a kernel fetches the next token's head (row piece, table row) while it works on this one.
+ * llama3 bf16 q + k, T = 16384, one thread, out of place: 12.5 -> 17 GB/s; in place 12.4 -> 19.7. */
+static inline void rg_prefetch(const void *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
@@ -741,12 +754,15 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
         rg_angles(rg_p0, rg_cos0, rg_sin0);
         rg_angles(rg_p1, rg_cos1, rg_sin1);
         rg_angles(rg_p2, rg_cos2, rg_sin2);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1;
 
         /* q_rot = rotate(q): 28 heads */
         {
             const uint16_t *rg_xt = q + rg_t * q_stride_token;
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 28; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -808,6 +824,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
             const uint16_t *rg_xt = k + rg_t * k_stride_token;
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 uint16_t *rg_dst = rg_stream ? rg_buf : rg_yh;
@@ -908,12 +925,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         rg_angles(rg_p0, rg_cos0, rg_sin0);
         rg_angles(rg_p1, rg_cos1, rg_sin1);
         rg_angles(rg_p2, rg_cos2, rg_sin2);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1;
 
         /* q_rot = rotate(q): 28 heads */
         {
             const uint16_t *rg_xt = q + rg_t * q_stride_token;
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 28; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
@@ -972,6 +992,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             const uint16_t *rg_xt = k + rg_t * k_stride_token;
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
@@ -1068,12 +1089,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         rg_angles(rg_p0, rg_cos0, rg_sin0);
         rg_angles(rg_p1, rg_cos1, rg_sin1);
         rg_angles(rg_p2, rg_cos2, rg_sin2);
+        /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
+        const int rg_ahead = rg_t + 1 < rg_t1;
 
         /* q_rot = rotate(q): 28 heads */
         {
             const uint16_t *rg_xt = q + rg_t * q_stride_token;
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 28; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
@@ -1132,6 +1156,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             const uint16_t *rg_xt = k + rg_t * k_stride_token;
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
+                if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 128 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
