@@ -149,6 +149,21 @@ def test_which_plans_take_the_lanes_path():
         assert names[name]["rg_run_avx512"]["col2"] == "rg_vld2_cols_avx512", name
         assert names[name]["rg_run_avx2"]["pairs"] == "interleaved", name
     assert names["ggml_normal"]["rg_run_avx512"]["col2"] == ""
+    # f16 / f32 runs whose vector is under a 64-byte line: registers grouped a step, so that their
+    # results, stored one after another, fill whole lines
+    assert [len(names["llama3_8b_f16"][v]["group"]) for v in ("rg_run_avx2", "rg_run_avx512")] == [4, 2]
+    assert [len(names["phi3_longrope"][v]["group"]) for v in ("rg_run_avx2", "rg_run_avx512")] == [2, 0]
+    assert names["llama3_8b"]["rg_run_avx2"]["group"] == []          # bf16: dealt, whole vectors already
+    assert names["mrope_f16_f32"]["rg_run_avx512"]["group"] == []    # sections of 16 and 24 pairs: no 32 divides
+    f16 = ropegen.compile(str(ROOT / "bench" / "llama3_f16.rope"))["llama3_8b_f16"]
+    f16_src = BACKEND.sources(f16.plan, "llama3_f16.rope")["llama3_8b_f16.c"]
+    grouped = f16_src[f16_src.index("void rg_run_avx512("):]
+    assert "for (int rg_j = 0; rg_j < 64; rg_j += 32) {" in grouped
+    stores = ["rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);", "rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_nt);",
+              "const __m512 yb = ", "rg_vst_f16_avx512(rg_y + 64 + rg_j, yb, rg_nt);",
+              "rg_vst_f16_avx512(rg_y + 64 + rg_j + 16, yb1, rg_nt);"]
+    at = [grouped.index(x) for x in stores]
+    assert at == sorted(at)       # a line's two halves stored together, before the b results are computed
     # fp8 outputs and four-pair blocks keep their loops
     for name in ("flashinfer_rope_quantize_fp8", "onnx_rope_4d"):
         assert names[name] == {}, name

@@ -655,18 +655,24 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
-                        const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
+                        const __m256 xa1 = rg_vld_f32_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f32_avx2(rg_x + 64 + 1 * (rg_j + 8));
+                        const __m256 ca1 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 8)), sa1 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 8));
+                        const __m256 cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
+                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
-                        rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
+                        const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);
+                        rg_vst_f32_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
                         const __m256 yb = ((xb * cb) + (xa * sb));
+                        const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vst_f32_avx2(rg_y + 64 + rg_j, yb, rg_nt);
+                        rg_vst_f32_avx2(rg_y + 64 + rg_j + 8, yb1, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -689,18 +695,24 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
-                    for (int rg_j = 0; rg_j < 64; rg_j += 8) {
-                        const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                    for (int rg_j = 0; rg_j < 64; rg_j += 16) {
+                        const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
+                        const __m256 xa1 = rg_vld_f32_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f32_avx2(rg_x + 64 + 1 * (rg_j + 8));
+                        const __m256 ca1 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 8)), sa1 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 8));
+                        const __m256 cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
+                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
-                        rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
+                        const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);
+                        rg_vst_f32_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
                         const __m256 yb = ((xb * cb) + (xa * sb));
+                        const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vst_f32_avx2(rg_y + 64 + rg_j, yb, rg_nt);
+                        rg_vst_f32_avx2(rg_y + 64 + rg_j + 8, yb1, rg_nt);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);

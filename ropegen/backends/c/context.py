@@ -240,12 +240,19 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     # interleaved bf16 pairs already lie in the halves of 32-bit lanes: dealt, not permuted
     split = "d" if t == "bf16" else "2"
 
+    def group(width: int) -> list[tuple[str, str]]:
+        # f32 / f16 runs whose vector is under a 64-byte line: as many registers a step as fill one, their
+        # results stored one after another (a write-combining buffer filled at once): suffix, element offset
+        g = 64 // (width * p.storage.itemsize) if t != "bf16" and runs else 1
+        ok = g > 1 and not any(b.count % (g * width) for b in p.blocks)
+        return [(str(h) if h else "", f" + {h * width}" if h else "") for h in range(g)] if ok else []
+
     def form(isa: str, width: int) -> dict[str, Any]:
-        deal = dealt(width)
+        deal, grp = dealt(width), group(width)
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
-                    st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16",
+                    st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16", group=grp,
                     col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{split}_{t}_{isa}", st2=f"rg_vst{split}_{t}_{isa}",
-                    pairs="runs" if runs else "interleaved", deal=deal, step=2 * width if deal else width,
+                    pairs="runs" if runs else "interleaved", deal=deal, step=(2 if deal else max(1, len(grp))) * width,
                     ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}", col2=f"rg_vld2_cols_{isa}" if col2 else "",
                     rnd=facts.VGRID[arith].format(isa=isa) if rounded else "")
 
