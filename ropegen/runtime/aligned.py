@@ -1,11 +1,14 @@
-"""The output arrays the host runtime allocates: large ones start on a 64-byte boundary and reuse the
-buffers of large outputs the caller has dropped.
+"""The output arrays the host runtime allocates: every one starts on a 64-byte boundary, and large
+ones reuse the buffers of large outputs the caller has dropped.
 
-NumPy aligns a new array to 16 bytes only, and glibc places a large allocation 16 bytes past a page
-boundary, so every row of a large output began 16 bytes into a cache line: the kernels' 64-byte
-non-temporal stores were split into 16-byte ones (llama3 bf16 q + k, one thread: 0.70-0.74 of the
-copy at such an offset against 0.80-0.91 aligned). Small outputs (decode sizes) keep np.empty,
-whose cost is what a decode call feels; a view of a larger buffer costs about a microsecond.
+NumPy aligns a new array to 16 bytes only, and glibc places an allocation 16 bytes past a line (a
+large one past a page boundary), so every row of an output could begin 16 bytes into a cache line: the
+kernels' 64-byte non-temporal stores were split into 16-byte ones (llama3 bf16 q + k, one thread:
+0.70-0.74 of the copy at such an offset against 0.80-0.91 aligned), and at decode sizes each 64-byte
+store of f32 lanes touched two lines (llama3 f32 q + k through op.bind, one thread: T = 1 1.7 us
+against 1.1 us on a line, T = 16 25.4 against 14.1 us). A small output is therefore a view of a
+fresh byte array LINE - 1 bytes longer (fresh_on_a_line; the C fast path, backends/c/fastcall.c,
+makes the same view natively, for about 0.1 us).
 
 A new large buffer is fresh pages from the system: glibc maps every allocation over 32 MiB anew and
 unmaps it when freed, so each call faulted every 4 KiB page in and the system zeroed it. That more than
@@ -127,9 +130,15 @@ def release() -> int:
 
 
 def allocator(shape: tuple[int, ...], dtype: np.dtype) -> Callable[[tuple[int, ...], np.dtype], np.ndarray]:
-    """How an output of this shape and dtype (a np.dtype) is allocated: np.empty when it is small, on a
-    line (from the pool) when it has ALIGN_MIN_BYTES or more. A bound call asks once per output."""
-    return np.empty if dtype.itemsize * prod(shape) < ALIGN_MIN_BYTES else _on_a_line
+    """How an output of this shape and dtype (a np.dtype) is allocated, always on a line: a fresh buffer
+    when it is small, from the pool when it has ALIGN_MIN_BYTES or more. A bound call asks once per
+    output."""
+    return fresh_on_a_line if dtype.itemsize * prod(shape) < ALIGN_MIN_BYTES else _on_a_line
+
+
+def fresh_on_a_line(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    nbytes = dtype.itemsize * prod(shape)
+    return _line(np.empty(nbytes + LINE - 1, np.uint8), nbytes).view(dtype).reshape(shape)
 
 
 def _on_a_line(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -137,5 +146,6 @@ def _on_a_line(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """np.empty(shape, dtype), starting on a 64-byte boundary when it has ALIGN_MIN_BYTES or more."""
+    """np.empty(shape, dtype), starting on a 64-byte boundary (from the pool when it has ALIGN_MIN_BYTES
+    or more)."""
     return allocator(shape, dtype)(shape, dtype)

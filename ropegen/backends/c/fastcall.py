@@ -19,6 +19,7 @@ from types import ModuleType
 import numpy as np
 
 from ropegen.backends.c import build as cbuild
+from ropegen.runtime.aligned import fresh_on_a_line
 from ropegen.runtime.numpy_host import ALLOCATED, IN_PLACE
 
 MODULE = "ropegen_fastcall"
@@ -79,7 +80,7 @@ def call_for(bound, words_address: int | None, values: list[int], raise_status) 
         return None
     outputs, fixed, spans, sources, out_spans = [], None, [], [], []
     if bound.mode == ALLOCATED:
-        outputs = [(dtype, shape, None if alloc is np.empty else alloc, tuple(words_of.get(o, ())))
+        outputs = [(dtype, shape, None if alloc is fresh_on_a_line else alloc, tuple(words_of.get(o, ())))
                    for o, (alloc, shape, dtype) in enumerate(bound.allocs)]
     elif bound.mode == IN_PLACE:
         sources = [(i, tuple(words_of.get(o, ()))) for o, i in enumerate(bound.kern.fast.srcs)]
