@@ -673,7 +673,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb3 = rg_vld_f32_avx2(rg_cos0 + 32 + 1 * (rg_j + 24)), sb3 = rg_vld_f32_avx2(rg_sin0 + 32 + 1 * (rg_j + 24));
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
+                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m256 ya = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa * ca) + rg_vgrid_f16_avx2((-xb) * sa));
                         const __m256 ya1 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa1 * ca1) + rg_vgrid_f16_avx2((-xb1) * sa1));
                         const __m256 ya2 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa2 * ca2) + rg_vgrid_f16_avx2((-xb2) * sa2));
@@ -727,7 +727,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb3 = rg_vld_f32_avx2(rg_cos0 + 32 + 1 * (rg_j + 24)), sb3 = rg_vld_f32_avx2(rg_sin0 + 32 + 1 * (rg_j + 24));
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
+                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m256 ya = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa * ca) + rg_vgrid_f16_avx2((-xb) * sa));
                         const __m256 ya1 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa1 * ca1) + rg_vgrid_f16_avx2((-xb1) * sa1));
                         const __m256 ya2 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa2 * ca2) + rg_vgrid_f16_avx2((-xb2) * sa2));
@@ -820,7 +820,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb1 = rg_vld_f32_avx512(rg_cos0 + 32 + 1 * (rg_j + 16)), sb1 = rg_vld_f32_avx512(rg_sin0 + 32 + 1 * (rg_j + 16));
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
+                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m512 ya = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa * ca) + rg_vgrid_f16_avx512((-xb) * sa));
                         const __m512 ya1 = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa1 * ca1) + rg_vgrid_f16_avx512((-xb1) * sa1));
                         rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);
@@ -860,7 +860,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 cb1 = rg_vld_f32_avx512(rg_cos0 + 32 + 1 * (rg_j + 16)), sb1 = rg_vld_f32_avx512(rg_sin0 + 32 + 1 * (rg_j + 16));
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
+                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m512 ya = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa * ca) + rg_vgrid_f16_avx512((-xb) * sa));
                         const __m512 ya1 = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa1 * ca1) + rg_vgrid_f16_avx512((-xb1) * sa1));
                         rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);

@@ -661,7 +661,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the a results of the group, stored in order (whole lines from consecutive stores), then the b results */
+                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
                         rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);
