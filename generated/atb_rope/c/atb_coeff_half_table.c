@@ -530,12 +530,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 4j, 2 + 4j), j < 8; columns 0 + 4j, 2 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 4 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[2 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
+                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 4 * rg_j]), xb = rg_load_f16_f16r(rg_x[2 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]), sa = (rg_sin0[0 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]), sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
@@ -546,12 +543,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[1 + 4 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[3 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[1 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
+                        const rg_c xa = rg_load_f16_f16r(rg_x[1 + 4 * rg_j]), xb = rg_load_f16_f16r(rg_x[3 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]), sa = (rg_sin0[1 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]), sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
@@ -579,12 +573,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 4j, 2 + 4j), j < 8; columns 0 + 4j, 2 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 4 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[2 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
+                        const rg_c xa = rg_load_f16_f16r(rg_x[0 + 4 * rg_j]), xb = rg_load_f16_f16r(rg_x[2 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]), sa = (rg_sin0[0 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]), sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
@@ -595,12 +586,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f16r(rg_x[1 + 4 * rg_j]);
-                        const rg_c xb = rg_load_f16_f16r(rg_x[3 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[1 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
+                        const rg_c xa = rg_load_f16_f16r(rg_x[1 + 4 * rg_j]), xb = rg_load_f16_f16r(rg_x[3 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]), sa = (rg_sin0[1 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]), sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_round_f16(rg_round_f16(xa * ca) + rg_round_f16((-xb) * sa));
@@ -676,12 +664,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 4j, 2 + 4j), j < 8; columns 0 + 4j, 2 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[2 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 4 * rg_j]), xb = (rg_x[2 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]), sa = (rg_sin0[0 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]), sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -692,12 +677,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[3 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[1 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 4 * rg_j]), xb = (rg_x[3 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]), sa = (rg_sin0[1 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]), sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -731,12 +713,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 4j, 2 + 4j), j < 8; columns 0 + 4j, 2 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[2 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 4 * rg_j]), xb = (rg_x[2 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]), sa = (rg_sin0[0 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]), sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -747,12 +726,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[3 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[1 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 4 * rg_j]), xb = (rg_x[3 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]), sa = (rg_sin0[1 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]), sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -828,12 +804,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 4j, 2 + 4j), j < 8; columns 0 + 4j, 2 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[2 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 4 * rg_j]), xb = (rg_x[2 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]), sa = (rg_sin0[0 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]), sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -844,12 +817,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[3 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[1 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 4 * rg_j]), xb = (rg_x[3 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]), sa = (rg_sin0[1 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]), sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -883,12 +853,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 4j, 2 + 4j), j < 8; columns 0 + 4j, 2 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[2 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[2 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 4 * rg_j]), xb = (rg_x[2 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 4 * rg_j]), sa = (rg_sin0[0 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[2 + 4 * rg_j]), sb = (rg_sin0[2 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));
@@ -899,12 +866,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (1 + 4j, 3 + 4j), j < 8; columns 1 + 4j, 3 + 4j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 8; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 4 * rg_j]);
-                        const rg_c xb = (rg_x[3 + 4 * rg_j]);
-                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]);
-                        const rg_c sa = (rg_sin0[1 + 4 * rg_j]);
-                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]);
-                        const rg_c sb = (rg_sin0[3 + 4 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 4 * rg_j]), xb = (rg_x[3 + 4 * rg_j]);
+                        const rg_c ca = (rg_cos0[1 + 4 * rg_j]), sa = (rg_sin0[1 + 4 * rg_j]);
+                        const rg_c cb = (rg_cos0[3 + 4 * rg_j]), sb = (rg_sin0[3 + 4 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = rg_grid_f16(rg_grid_f16(xa * ca) + rg_grid_f16((-xb) * sa));

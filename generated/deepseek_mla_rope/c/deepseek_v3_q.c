@@ -779,10 +779,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (128 + 2j, 129 + 2j), j < 32; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[128 + 2 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[129 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[128 + 2 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[129 + 2 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -851,8 +849,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     for (int rg_j = 0; rg_j < 32; rg_j += 8) {
                         __m256 xa, xb;
                         rg_vldd_bf16_avx2(rg_x + 128 + 2 * rg_j, &xa, &xb);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -919,8 +916,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     for (int rg_j = 0; rg_j < 32; rg_j += 16) {
                         __m512 xa, xb;
                         rg_vldd_bf16_avx512(rg_x + 128 + 2 * rg_j, &xa, &xb);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */

@@ -522,10 +522,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 16 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[16 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[16 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -593,16 +591,16 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 1j, 16 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 16; rg_j += 16) {
                         const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx2(rg_x + 16 + 1 * rg_j);
+                        const __m256 xa1 = rg_vld_f32_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f32_avx2(rg_x + 16 + 1 * (rg_j + 8));
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
-                        const __m256 xa1 = rg_vld_f32_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f32_avx2(rg_x + 16 + 1 * (rg_j + 8));
                         const __m256 ca1 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 8)), sa1 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 8));
                         const __m256 cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        /* the a results stored before the b results are computed (measured faster), one after another */
                         rg_vst_f32_avx2(rg_y + 0 + rg_j, ya, rg_nt);
                         rg_vst_f32_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
                         const __m256 yb = ((xb * cb) + (xa * sb));
@@ -667,15 +665,14 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     float *rg_y = rg_dst + rg_u * 64;
                     /* pairs (0 + 1j, 16 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 16; rg_j += 16) {
-                        const __m512 xa = rg_vld_f32_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_f32_avx512(rg_x + 16 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 xa = rg_vld_f32_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx512(rg_x + 16 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
-                        rg_vst_f32_avx512(rg_y + 0 + rg_j, ya, rg_nt);     /* stored before yb is computed: measured faster */
+                        /* the a results stored before the b results are computed (measured faster), one after another */
+                        rg_vst_f32_avx512(rg_y + 0 + rg_j, ya, rg_nt);
                         const __m512 yb = ((xb * cb) + (xa * sb));
                         rg_vst_f32_avx512(rg_y + 16 + rg_j, yb, rg_nt);
                     }

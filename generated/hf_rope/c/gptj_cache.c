@@ -604,12 +604,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 2j, 1 + 2j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 32; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f32(rg_x[0 + 2 * rg_j]);
-                        const rg_c xb = rg_load_f16_f32(rg_x[1 + 2 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 2 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 2 * rg_j]);
-                        const rg_c cb = (rg_cos0[1 + 2 * rg_j]);
-                        const rg_c sb = (rg_sin0[1 + 2 * rg_j]);
+                        const rg_c xa = rg_load_f16_f32(rg_x[0 + 2 * rg_j]), xb = rg_load_f16_f32(rg_x[1 + 2 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 2 * rg_j]), sa = (rg_sin0[0 + 2 * rg_j]);
+                        const rg_c cb = (rg_cos0[1 + 2 * rg_j]), sb = (rg_sin0[1 + 2 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = ((xa * ca) + ((-xb) * sa));

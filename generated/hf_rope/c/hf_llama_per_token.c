@@ -652,12 +652,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = (rg_cos0[64 + 1 * rg_j]);
-                        const rg_c sb = (rg_sin0[64 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c cb = (rg_cos0[64 + 1 * rg_j]), sb = (rg_sin0[64 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = ((xa * ca) + ((-xb) * sa));
@@ -685,12 +682,9 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
-                        const rg_c cb = (rg_cos0[64 + 1 * rg_j]);
-                        const rg_c sb = (rg_sin0[64 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c cb = (rg_cos0[64 + 1 * rg_j]), sb = (rg_sin0[64 + 1 * rg_j]);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const rg_c ya = ((xa * ca) + ((-xb) * sa));
@@ -766,12 +760,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
-                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 64 + 1 * rg_j);
-                        const __m256 sb = rg_vld_f32_avx2(rg_sin0 + 64 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 64 + 1 * rg_j), sb = rg_vld_f32_avx2(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
@@ -800,12 +791,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
-                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 64 + 1 * rg_j);
-                        const __m256 sb = rg_vld_f32_avx2(rg_sin0 + 64 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 cb = rg_vld_f32_avx2(rg_cos0 + 64 + 1 * rg_j), sb = rg_vld_f32_avx2(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
@@ -879,12 +867,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 16) {
-                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
-                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 64 + 1 * rg_j);
-                        const __m512 sb = rg_vld_f32_avx512(rg_sin0 + 64 + 1 * rg_j);
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 64 + 1 * rg_j), sb = rg_vld_f32_avx512(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
@@ -913,12 +898,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j, 64 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 16) {
-                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
-                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 64 + 1 * rg_j);
-                        const __m512 sb = rg_vld_f32_avx512(rg_sin0 + 64 + 1 * rg_j);
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 cb = rg_vld_f32_avx512(rg_cos0 + 64 + 1 * rg_j), sb = rg_vld_f32_avx512(rg_sin0 + 64 + 1 * rg_j);
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));

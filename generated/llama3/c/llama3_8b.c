@@ -765,10 +765,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -797,10 +795,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -884,8 +880,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
-                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
                         rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_nt);
@@ -922,8 +918,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
-                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
                         rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_nt);
@@ -1002,8 +998,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
-                        const __m512 yb = ((xb * cb) + (xa * sb));
                         const __m512 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
                         const __m512 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vstd_bf16_avx512(rg_y + 0 + rg_j, ya, ya1, rg_nt);
                         rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt);
@@ -1040,8 +1036,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
-                        const __m512 yb = ((xb * cb) + (xa * sb));
                         const __m512 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m512 yb = ((xb * cb) + (xa * sb));
                         const __m512 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vstd_bf16_avx512(rg_y + 0 + rg_j, ya, ya1, rg_nt);
                         rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt);

@@ -710,10 +710,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 48 + 1j), j < 48; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 48; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[48 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_f32(rg_x[48 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -742,10 +740,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 48 + 1j), j < 48; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 48; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_f32(rg_x[48 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_f32(rg_x[48 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -835,8 +831,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
-                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
                         rg_vstd_bf16_avx2(rg_y + 48 + rg_j, yb, yb1, rg_nt);
@@ -873,8 +869,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
-                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
                         rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
                         rg_vstd_bf16_avx2(rg_y + 48 + rg_j, yb, yb1, rg_nt);
@@ -946,10 +942,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     uint16_t *rg_y = rg_dst + rg_u * 96;
                     /* pairs (0 + 1j, 48 + 1j), j < 48; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 48; rg_j += 16) {
-                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 48 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx512(rg_x + 48 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -979,10 +973,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     uint16_t *rg_y = rg_dst + rg_u * 96;
                     /* pairs (0 + 1j, 48 + 1j), j < 48; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 48; rg_j += 16) {
-                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j);
-                        const __m512 xb = rg_vld_bf16_avx512(rg_x + 48 + 1 * rg_j);
-                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j);
-                        const __m512 sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
+                        const __m512 xa = rg_vld_bf16_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx512(rg_x + 48 + 1 * rg_j);
+                        const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
                         const __m512 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */

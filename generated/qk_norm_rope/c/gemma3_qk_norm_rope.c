@@ -803,10 +803,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 128 + 1j), j < 128; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 128; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -837,10 +835,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 128 + 1j), j < 128; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 128; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -918,10 +914,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 1j, 128 + 1j), j < 128; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 128; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -957,10 +951,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 1j, 128 + 1j), j < 128; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 128; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1037,10 +1029,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 1j, 128 + 1j), j < 128; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 128; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1076,10 +1066,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 1j, 128 + 1j), j < 128; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 128; ++rg_j) {
-                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f32_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f32_f32(rg_x[128 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */

@@ -772,10 +772,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -787,10 +785,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[16 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[80 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin1[16 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[16 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[80 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]), sa = (rg_sin1[16 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -802,10 +798,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[40 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[104 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin2[40 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[40 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[104 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]), sa = (rg_sin2[40 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -834,10 +828,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 16; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -849,10 +841,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[16 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[80 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin1[16 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[16 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[80 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos1[16 + 1 * rg_j]), sa = (rg_sin1[16 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -864,10 +854,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 24; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[40 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[104 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin2[40 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[40 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[104 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos2[40 + 1 * rg_j]), sa = (rg_sin2[40 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -945,10 +933,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -958,10 +944,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -971,10 +955,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1004,10 +986,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1017,10 +997,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1030,10 +1008,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1109,10 +1085,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1122,10 +1096,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1135,10 +1107,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1168,10 +1138,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1181,10 +1149,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1194,10 +1160,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
-                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j);
-                        const __m256 xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
-                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j);
-                        const __m256 sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
+                        const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
+                        const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */

@@ -772,10 +772,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 3j, 64 + 3j), j < 21; columns 0 + 3j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 21; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 3 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[64 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 3 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 3 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[64 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]), sa = (rg_sin0[0 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -787,10 +785,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 3; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[61 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[125 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[61 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[61 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[125 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]), sa = (rg_sin0[61 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -802,10 +798,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[1 + 3 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[65 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin1[1 + 3 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[1 + 3 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[65 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]), sa = (rg_sin1[1 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -817,10 +811,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[2 + 3 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[66 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin2[2 + 3 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[2 + 3 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[66 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]), sa = (rg_sin2[2 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -849,10 +841,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 3j, 64 + 3j), j < 21; columns 0 + 3j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 21; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 3 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[64 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 3 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[0 + 3 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[64 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]), sa = (rg_sin0[0 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -864,10 +854,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 3; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[61 + 1 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[125 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[61 + 1 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[61 + 1 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[125 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]), sa = (rg_sin0[61 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -879,10 +867,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[1 + 3 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[65 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin1[1 + 3 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[1 + 3 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[65 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]), sa = (rg_sin1[1 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -894,10 +880,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = rg_load_bf16_bf16r(rg_x[2 + 3 * rg_j]);
-                        const rg_c xb = rg_load_bf16_bf16r(rg_x[66 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin2[2 + 3 * rg_j]);
+                        const rg_c xa = rg_load_bf16_bf16r(rg_x[2 + 3 * rg_j]), xb = rg_load_bf16_bf16r(rg_x[66 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]), sa = (rg_sin2[2 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -978,10 +962,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 3j, 64 + 3j), j < 21; columns 0 + 3j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 21; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 3 * rg_j]), xb = (rg_x[64 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]), sa = (rg_sin0[0 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -993,10 +975,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 3; ++rg_j) {
-                        const rg_c xa = (rg_x[61 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[125 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[61 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[61 + 1 * rg_j]), xb = (rg_x[125 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]), sa = (rg_sin0[61 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1008,10 +988,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[65 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin1[1 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 3 * rg_j]), xb = (rg_x[65 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]), sa = (rg_sin1[1 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1023,10 +1001,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[2 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[66 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin2[2 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[2 + 3 * rg_j]), xb = (rg_x[66 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]), sa = (rg_sin2[2 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1061,10 +1037,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 3j, 64 + 3j), j < 21; columns 0 + 3j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 21; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 3 * rg_j]), xb = (rg_x[64 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]), sa = (rg_sin0[0 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1076,10 +1050,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 3; ++rg_j) {
-                        const rg_c xa = (rg_x[61 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[125 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[61 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[61 + 1 * rg_j]), xb = (rg_x[125 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]), sa = (rg_sin0[61 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1091,10 +1063,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[65 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin1[1 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 3 * rg_j]), xb = (rg_x[65 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]), sa = (rg_sin1[1 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1106,10 +1076,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[2 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[66 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin2[2 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[2 + 3 * rg_j]), xb = (rg_x[66 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]), sa = (rg_sin2[2 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1190,10 +1158,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 3j, 64 + 3j), j < 21; columns 0 + 3j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 21; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 3 * rg_j]), xb = (rg_x[64 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]), sa = (rg_sin0[0 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1205,10 +1171,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 3; ++rg_j) {
-                        const rg_c xa = (rg_x[61 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[125 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[61 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[61 + 1 * rg_j]), xb = (rg_x[125 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]), sa = (rg_sin0[61 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1220,10 +1184,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[65 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin1[1 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 3 * rg_j]), xb = (rg_x[65 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]), sa = (rg_sin1[1 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1235,10 +1197,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[2 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[66 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin2[2 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[2 + 3 * rg_j]), xb = (rg_x[66 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]), sa = (rg_sin2[2 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1273,10 +1233,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 3j, 64 + 3j), j < 21; columns 0 + 3j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 21; ++rg_j) {
-                        const rg_c xa = (rg_x[0 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[64 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[0 + 3 * rg_j]), xb = (rg_x[64 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 3 * rg_j]), sa = (rg_sin0[0 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1288,10 +1246,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (61 + 1j, 125 + 1j), j < 3; columns 61 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 3; ++rg_j) {
-                        const rg_c xa = (rg_x[61 + 1 * rg_j]);
-                        const rg_c xb = (rg_x[125 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[61 + 1 * rg_j]);
+                        const rg_c xa = (rg_x[61 + 1 * rg_j]), xb = (rg_x[125 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[61 + 1 * rg_j]), sa = (rg_sin0[61 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1303,10 +1259,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (1 + 3j, 65 + 3j), j < 20; columns 1 + 3j; position stream 1 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[1 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[65 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin1[1 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[1 + 3 * rg_j]), xb = (rg_x[65 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos1[1 + 3 * rg_j]), sa = (rg_sin1[1 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -1318,10 +1272,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (2 + 3j, 66 + 3j), j < 20; columns 2 + 3j; position stream 2 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 20; ++rg_j) {
-                        const rg_c xa = (rg_x[2 + 3 * rg_j]);
-                        const rg_c xb = (rg_x[66 + 3 * rg_j]);
-                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]);
-                        const rg_c sa = (rg_sin2[2 + 3 * rg_j]);
+                        const rg_c xa = (rg_x[2 + 3 * rg_j]), xb = (rg_x[66 + 3 * rg_j]);
+                        const rg_c ca = (rg_cos2[2 + 3 * rg_j]), sa = (rg_sin2[2 + 3 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */

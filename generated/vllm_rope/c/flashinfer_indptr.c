@@ -668,10 +668,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -700,10 +698,8 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     RG_SIMD
                     for (int rg_j = 0; rg_j < 64; ++rg_j) {
-                        const rg_c xa = rg_load_f16_f32(rg_x[0 + 1 * rg_j]);
-                        const rg_c xb = rg_load_f16_f32(rg_x[64 + 1 * rg_j]);
-                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]);
-                        const rg_c sa = (rg_sin0[0 + 1 * rg_j]);
+                        const rg_c xa = rg_load_f16_f32(rg_x[0 + 1 * rg_j]), xb = rg_load_f16_f32(rg_x[64 + 1 * rg_j]);
+                        const rg_c ca = (rg_cos0[0 + 1 * rg_j]), sa = (rg_sin0[0 + 1 * rg_j]);
                         const rg_c cb = ca, sb = sa;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
@@ -780,24 +776,24 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 32) {
                         const __m256 xa = rg_vld_f16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 xa1 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 8));
+                        const __m256 xa2 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 16)), xb2 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 16));
+                        const __m256 xa3 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 24)), xb3 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 24));
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
-                        const __m256 xa1 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 8));
                         const __m256 ca1 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 8)), sa1 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 8));
                         const __m256 cb1 = ca1, sb1 = sa1;
-                        const __m256 xa2 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 16)), xb2 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 16));
                         const __m256 ca2 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 16)), sa2 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 16));
                         const __m256 cb2 = ca2, sb2 = sa2;
-                        const __m256 xa3 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 24)), xb3 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 24));
                         const __m256 ca3 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 24)), sa3 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 24));
                         const __m256 cb3 = ca3, sb3 = sa3;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
                         const __m256 ya2 = ((xa2 * ca2) + ((-xb2) * sa2));
                         const __m256 ya3 = ((xa3 * ca3) + ((-xb3) * sa3));
+                        /* the a results stored before the b results are computed (measured faster), one after another */
                         rg_vst_f16_avx2(rg_y + 0 + rg_j, ya, rg_nt);
                         rg_vst_f16_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
                         rg_vst_f16_avx2(rg_y + 0 + rg_j + 16, ya2, rg_nt);
@@ -834,24 +830,24 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 32) {
                         const __m256 xa = rg_vld_f16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f16_avx2(rg_x + 64 + 1 * rg_j);
+                        const __m256 xa1 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 8));
+                        const __m256 xa2 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 16)), xb2 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 16));
+                        const __m256 xa3 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 24)), xb3 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 24));
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
                         const __m256 cb = ca, sb = sa;
-                        const __m256 xa1 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 8));
                         const __m256 ca1 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 8)), sa1 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 8));
                         const __m256 cb1 = ca1, sb1 = sa1;
-                        const __m256 xa2 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 16)), xb2 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 16));
                         const __m256 ca2 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 16)), sa2 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 16));
                         const __m256 cb2 = ca2, sb2 = sa2;
-                        const __m256 xa3 = rg_vld_f16_avx2(rg_x + 0 + 1 * (rg_j + 24)), xb3 = rg_vld_f16_avx2(rg_x + 64 + 1 * (rg_j + 24));
                         const __m256 ca3 = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * (rg_j + 24)), sa3 = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * (rg_j + 24));
                         const __m256 cb3 = ca3, sb3 = sa3;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m256 ya = ((xa * ca) + ((-xb) * sa));
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
                         const __m256 ya2 = ((xa2 * ca2) + ((-xb2) * sa2));
                         const __m256 ya3 = ((xa3 * ca3) + ((-xb3) * sa3));
+                        /* the a results stored before the b results are computed (measured faster), one after another */
                         rg_vst_f16_avx2(rg_y + 0 + rg_j, ya, rg_nt);
                         rg_vst_f16_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
                         rg_vst_f16_avx2(rg_y + 0 + rg_j + 16, ya2, rg_nt);
@@ -932,16 +928,16 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 32) {
                         const __m512 xa = rg_vld_f16_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_f16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 xa1 = rg_vld_f16_avx512(rg_x + 0 + 1 * (rg_j + 16)), xb1 = rg_vld_f16_avx512(rg_x + 64 + 1 * (rg_j + 16));
                         const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
                         const __m512 cb = ca, sb = sa;
-                        const __m512 xa1 = rg_vld_f16_avx512(rg_x + 0 + 1 * (rg_j + 16)), xb1 = rg_vld_f16_avx512(rg_x + 64 + 1 * (rg_j + 16));
                         const __m512 ca1 = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * (rg_j + 16)), sa1 = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * (rg_j + 16));
                         const __m512 cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
                         const __m512 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        /* the a results stored before the b results are computed (measured faster), one after another */
                         rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);
                         rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_nt);
                         const __m512 yb = ((xb * cb) + (xa * sb));
@@ -972,16 +968,16 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
                     for (int rg_j = 0; rg_j < 64; rg_j += 32) {
                         const __m512 xa = rg_vld_f16_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_f16_avx512(rg_x + 64 + 1 * rg_j);
+                        const __m512 xa1 = rg_vld_f16_avx512(rg_x + 0 + 1 * (rg_j + 16)), xb1 = rg_vld_f16_avx512(rg_x + 64 + 1 * (rg_j + 16));
                         const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
                         const __m512 cb = ca, sb = sa;
-                        const __m512 xa1 = rg_vld_f16_avx512(rg_x + 0 + 1 * (rg_j + 16)), xb1 = rg_vld_f16_avx512(rg_x + 64 + 1 * (rg_j + 16));
                         const __m512 ca1 = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * (rg_j + 16)), sa1 = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * (rg_j + 16));
                         const __m512 cb1 = ca1, sb1 = sa1;
                         /* a*c + (-b)*s is a*c - b*s to the bit; written so, GCC 12 cannot pair the two lines
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
-                        /* the group's a results stored one after another (whole lines), then its b results */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
                         const __m512 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
+                        /* the a results stored before the b results are computed (measured faster), one after another */
                         rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);
                         rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_nt);
                         const __m512 yb = ((xb * cb) + (xa * sb));
