@@ -35,6 +35,22 @@ def test_bench_rejects_sizes_no_operator_has():
         B.bench([_op("llama3.rope", "llama3_8b")], shapes=["Q=4"], repeats=1, peers=())
 
 
+def test_every_timed_call_follows_a_call_of_itself(monkeypatch):
+    """A timed call meets the caches as its own previous call left them, never as another function's
+    did: a copy right after another copy over the same buffers would read a source already cached."""
+    from ropegen.bench import harness
+    log: list[str] = []
+    clock = iter(range(1000))
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: (log.append("clock"), next(clock))[1])
+    names = ["kernel", "memcpy", "stream"]
+    times = harness.interleaved([lambda n=n: log.append(n) for n in names], 4)
+    assert [len(t) for t in times] == [4, 4, 4]
+    starts = [i for i, x in enumerate(log) if x == "clock"][::2]      # each timing's first reading
+    assert len(starts) == 12
+    for i in starts:
+        assert log[i - 1] == log[i + 1], f"{log[i + 1]} timed right after {log[i - 1]}"
+
+
 @pytest.mark.parametrize("positions", ["prefill", "random"])
 def test_bench_inputs_are_valid_for_every_example(positions):
     for path in sorted((ROOT / "examples").glob("*.rope")):
@@ -75,7 +91,8 @@ def test_peers_are_timed_in_rounds_alternating_with_the_measured_call(monkeypatc
     from ropegen.bench import harness
     calls = []
     got = harness.timed_beside(lambda: calls.append("peer"), lambda: calls.append("ropegen"), 3, 100)
-    assert calls == ["peer", "ropegen"] * 4        # one warm-up round, then three
+    # one warm-up round, then three, each call timed right after an untimed call of itself
+    assert calls == ["peer", "ropegen"] + ["peer", "peer", "ropegen", "ropegen"] * 3
     assert 0 < got["beside_min_s"] and 0 < got["time_min_s"] <= got["time_median_s"]
     assert "beside_min_s" not in harness.timed_beside(lambda: None, None, 2, 100)
 

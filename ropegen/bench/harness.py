@@ -33,12 +33,20 @@ def default_threads() -> int:
 
 
 def interleaved(fns: list[Callable[[], Any]], repeats: int) -> list[list[float]]:
-    """Run each function once to warm up, then `repeats` rounds of all of them; times per function."""
+    """Run each function once to warm up, then `repeats` rounds of all of them; times per function.
+
+    In a round each function is called twice in a row and only the second call is timed, so every
+    function meets its own data as warm as its own last call left it, not as the function before it
+    left the caches. Timed straight after one another, the non-temporal copy ran right after memcpy
+    over the same buffers and read a source that was already in the L3, while the kernel, after both
+    copies, found its inputs evicted by their traffic: llama3 bf16 q + k at T = 4096 on a 260 MiB-L3
+    Xeon showed 0.60 of the copy where the two meet the same cache state at 0.75."""
     for f in fns:
         f()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for i, f in enumerate(fns):
+            f()
             t0 = time.perf_counter()
             f()
             times[i].append(time.perf_counter() - t0)
