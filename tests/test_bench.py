@@ -51,6 +51,63 @@ def test_every_timed_call_follows_a_call_of_itself(monkeypatch):
         assert log[i - 1] == log[i + 1], f"{log[i + 1]} timed right after {log[i - 1]}"
 
 
+def test_with_a_flush_every_timed_call_follows_it(monkeypatch):
+    from ropegen.bench import harness
+    log: list[str] = []
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: (log.append("clock"), 0.0)[1])
+    harness.interleaved([lambda n=n: log.append(n) for n in ("kernel", "stream")], 3,
+                        flush=lambda: log.append("flush"))
+    starts = [i for i, x in enumerate(log) if x == "clock"][::2]
+    assert len(starts) == 6 and all(log[i - 1] == "flush" for i in starts)
+    assert log[:2] == ["kernel", "stream"]          # the warm-up round, unflushed
+
+
+def test_prefill_rows_are_timed_cold_and_decode_rows_hot(monkeypatch):
+    """A prefill-sized row flushes the caches before every timed call of the kernel, its copies and its
+    peers (each then reads from memory); a decode-sized row never does."""
+    from ropegen.bench import flush as flush_mod
+    from ropegen.bench import harness
+    made: list[int] = []
+
+    class SmallFlush(flush_mod.Flush):
+        def __init__(self):
+            super().__init__(1 << 20)
+            made.append(self.nbytes)
+            self.calls = 0
+
+        def __call__(self):
+            self.calls += 1
+            return super().__call__()
+    monkeypatch.setattr(harness, "Flush", SmallFlush)
+    seen = {}
+
+    def fake_run(names, op_, arrays, nbytes, threads, repeats, measured, beside=None, flush=None):
+        seen["flush"] = flush
+        return {}
+    monkeypatch.setattr(harness.peer_registry, "run", fake_run)
+    op = _op("llama3.rope", "llama3_8b")
+    r = B.bench([op], threads=1, shapes=["T=4,positions=prefill"], repeats=2, inplace=False)
+    assert r[0]["cache"] == "hot" and made == [] and seen["flush"] is None
+    r = B.bench([op], threads=1, shapes=["T=80,positions=prefill"], repeats=2, inplace=False)
+    assert r[0]["cache"] == "cold" and made == [1 << 20]
+    assert isinstance(seen["flush"], SmallFlush)
+    assert seen["flush"].calls == 2 * 3         # two rounds of the kernel, memcpy and the stream copy
+    assert "cache: cold" in B.format_results(r) and " cold " in B.format_results(r)
+
+
+def test_flush_buffer_is_twice_the_last_level_cache(tmp_path):
+    from ropegen.bench import flush as flush_mod
+    for i, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "266240K")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert flush_mod.last_level_cache_bytes(tmp_path) == 266240 << 10
+    assert flush_mod.last_level_cache_bytes(tmp_path / "missing") is None
+    f = flush_mod.Flush(1 << 20)
+    assert f.nbytes == 1 << 20 and f() == (1 << 20) // 64
+
+
 @pytest.mark.parametrize("positions", ["prefill", "random"])
 def test_bench_inputs_are_valid_for_every_example(positions):
     for path in sorted((ROOT / "examples").glob("*.rope")):
@@ -100,7 +157,7 @@ def test_peers_are_timed_in_rounds_alternating_with_the_measured_call(monkeypatc
     op = _op("llama3.rope", "llama3_8b")
     seen = {}
 
-    def fake_run(names, op_, arrays, nbytes, threads, repeats, measured, beside=None):
+    def fake_run(names, op_, arrays, nbytes, threads, repeats, measured, beside=None, flush=None):
         seen["beside"] = beside
         return {"numpy": {"time_min_s": 6.0, "time_median_s": 6.0, "gbps": 1.0, "beside_min_s": 2.0}}
     monkeypatch.setattr(harness.peer_registry, "run", fake_run)

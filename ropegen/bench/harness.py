@@ -17,6 +17,7 @@ from ropegen import backends
 from ropegen.api import Operator, Program
 from ropegen.bench import peers as peer_registry
 from ropegen.bench import targets, yardstick
+from ropegen.bench.flush import Flush
 from ropegen.bench.inputs import (bench_inputs, bytes_moved, dtype_label, positions_label, require_memory,
                                   symbol_sizes)
 from ropegen.bench.shapes import DEFAULT_SHAPES, parse_shape
@@ -32,34 +33,32 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def interleaved(fns: list[Callable[[], Any]], repeats: int) -> list[list[float]]:
+def interleaved(fns: list[Callable[[], Any]], repeats: int, flush: Callable[[], Any] | None = None
+                ) -> list[list[float]]:
     """Run each function once to warm up, then `repeats` rounds of all of them; times per function.
 
-    In a round each function is called twice in a row and only the second call is timed, so every
-    function meets its own data as warm as its own last call left it, not as the function before it
-    left the caches. Timed straight after one another, the non-temporal copy ran right after memcpy
-    over the same buffers and read a source that was already in the L3, while the kernel, after both
-    copies, found its inputs evicted by their traffic: llama3 bf16 q + k at T = 4096 on a 260 MiB-L3
-    Xeon showed 0.60 of the copy where the two meet the same cache state at 0.75."""
+    Every timed call comes right after an untimed `flush()` (cold: each starts from memory, see
+    ropegen.bench.flush) or, without one, right after an untimed call of the same function (hot: its
+    data as warm as its own last call left it, never as the function before it left the caches)."""
     for f in fns:
         f()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for i, f in enumerate(fns):
-            f()
+            (flush or f)()
             t0 = time.perf_counter()
             f()
             times[i].append(time.perf_counter() - t0)
     return times
 
 
-def timed_beside(fn: Callable[[], Any], beside: Callable[[], Any] | None, repeats: int, nbytes: int
-                 ) -> dict[str, float]:
+def timed_beside(fn: Callable[[], Any], beside: Callable[[], Any] | None, repeats: int, nbytes: int,
+                 flush: Callable[[], Any] | None = None) -> dict[str, float]:
     """A peer's stats, its rounds alternating with `beside` (the measured target's call) when given:
     then `beside_min_s` is the target's best time in those same rounds. On a host whose memory
     bandwidth drifts within seconds, a peer timed minutes after the target would be set beside
-    another machine."""
-    ts = interleaved([fn] + ([beside] if beside is not None else []), repeats)
+    another machine. `flush`: as in interleaved."""
+    ts = interleaved([fn] + ([beside] if beside is not None else []), repeats, flush)
     out = stats(ts[0], nbytes)
     if beside is not None:
         out["beside_min_s"] = min(ts[1])
@@ -148,6 +147,7 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
         for shape in parsed:
             require_memory(op, shape, limit)
     yard = yardstick.build(backend)
+    flush: Flush | None = None      # made on the first prefill-sized row (a buffer 2x the last-level cache)
     runner, modes_of, threaded = _caller(backend)
     results: list[dict[str, Any]] = []
     for op in ops:
@@ -168,8 +168,15 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
                 if threaded and is_decode(op, arrays):   # the whole call timed; the bound one beside it
                     run, bound = whole_call(op, args, threads, mode, backend), run
                 rec["call"] = "whole" if bound is not None else "bound"
+                # decode sizes hot (a served model's small calls find their data cached), the rest cold
+                cold = not is_decode(op, arrays)
+                if cold and flush is None:
+                    flush = Flush()
+                rec["cache"] = "cold" if cold else "hot"
+                before = flush if cold else None
                 copies = yardstick.runners(yard, mode, nbytes, threads)
-                timed = interleaved([run, *copies.values()] + ([bound] if bound is not None else []), repeats)
+                timed = interleaved([run, *copies.values()] + ([bound] if bound is not None else []), repeats,
+                                    before)
                 t_op, t_copies = timed[0], timed[1:1 + len(copies)]
                 rec.update(stats(t_op, nbytes))
                 if bound is not None:
@@ -178,7 +185,8 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
                 rec["ratio_to_copy"] = rec["yardstick"]["time_min_s"] / rec["time_min_s"]
                 rec["peers"] = {}
                 if mode == "out_of_place":
-                    rec["peers"] = peer_registry.run(peers, op, arrays, nbytes, threads, repeats, backend, run)
+                    rec["peers"] = peer_registry.run(peers, op, arrays, nbytes, threads, repeats, backend, run,
+                                                     before)
                     for peer in rec["peers"].values():      # against ropegen's time in the peer's own rounds
                         if "time_min_s" in peer:
                             peer["speedup"] = peer["time_min_s"] / peer.get("beside_min_s", rec["time_min_s"])

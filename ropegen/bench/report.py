@@ -44,12 +44,12 @@ def _fmt_bound(r: dict[str, Any]) -> str:
 
 def format_results(results: list[dict[str, Any]]) -> str:
     """A table: one line per operator, shape and mode; peers as GB/s (how many times slower)."""
-    head = ("operator", "dtype", "shape", "mode", "thr", "call", "min us", "med us", "bound us", "MB", "GB/s",
+    head = ("operator", "dtype", "shape", "mode", "thr", "call", "cache", "min us", "med us", "bound us", "MB", "GB/s",
             "copy GB/s", "cp / nt GB/s", "ratio") + tuple(HOST_PEERS)
     rows = []
     for r in results:
         rows.append((r["operator"], r["dtype"], r["shape"], r["mode"].replace("_", " "), str(r["threads"]),
-                     r.get("call", "bound"), _us(r["time_min_s"]), _us(r["time_median_s"]), _fmt_bound(r),
+                     r.get("call", "bound"), r.get("cache", "-"), _us(r["time_min_s"]), _us(r["time_median_s"]), _fmt_bound(r),
                      f"{r['bytes'] / 1e6:.1f}", f"{r['gbps']:.1f}",
                      f"{r['yardstick']['gbps']:.1f} {_TAGS.get(_used(r['yardstick']), '?')}",
                      _fmt_copies(r['yardstick']), f"{r['ratio_to_copy']:.2f}") + tuple(_fmt_peer(r, name) for name in HOST_PEERS))
@@ -74,6 +74,9 @@ def format_results(results: list[dict[str, Any]]) -> str:
                  "Python call is what a user feels; onnxruntime: its whole session.run), the bound call "
                  "(op.bind) beside it; bound = the pre-bound kernel call (ggml: a pre-built graph compute, "
                  "always).")
+    lines.append("cache: cold = every timed call (kernel, copies, peers) right after a read of a buffer twice the "
+                 "last-level cache, so each starts from memory (prefill sizes); hot = right after an untimed call "
+                 "of itself (decode sizes, whose data a served model finds cached).")
     lines.append("GB/s = bytes read + written / min time; copy = the faster of memcpy (cp) and a non-temporal copy "
                  "(nt) out of place, both timed in the run (cp / nt), or an in-place scale (sc), of the same bytes "
                  "with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over "

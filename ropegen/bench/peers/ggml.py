@@ -180,7 +180,7 @@ def ggml_peer_graph(op: Operator, arrays: dict[str, np.ndarray], threads: int = 
 
 
 def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: int, repeats: int,
-            measured: str, beside=None) -> dict[str, Any]:
+            measured: str, beside=None, flush=None) -> dict[str, Any]:
     """ggml's CPU rope (q and k as two ggml_rope_ext nodes of one graph, `threads` threads): the graph
     compute is timed, not its building; its output is compared once with the measured target's."""
     try:
@@ -197,7 +197,7 @@ def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: i
                 scale = float(np.max(np.abs(w))) if w.size else 0.0
                 if scale:
                     diff = max(diff, float(np.max(np.abs(got.astype(np.float64) - w))) / scale)
-            timed = timed_beside(graph.compute, beside, repeats, nbytes)
+            timed = timed_beside(graph.compute, beside, repeats, nbytes, flush)
         finally:
             graph.close()
     except Exception as exc:  # a peer failing is reported, not raised

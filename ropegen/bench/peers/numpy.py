@@ -12,10 +12,10 @@ NUMPY_REPEATS = 3
 
 
 def measure(op, arrays: dict[str, np.ndarray], nbytes: int, threads: int, repeats: int,
-            measured: str, beside=None) -> dict[str, Any]:
+            measured: str, beside=None, flush=None) -> dict[str, Any]:
     args = [arrays[n] for n in op.inputs]
     try:
         return timed_beside(lambda: op.run(*args, backend="numpy"), beside, max(1, min(repeats, NUMPY_REPEATS)),
-                            nbytes)
+                            nbytes, flush)
     except Exception as exc:  # a peer failing is reported, not raised
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -121,7 +121,7 @@ def onnx_peer_model(op: Operator, arrays: dict[str, np.ndarray]):
 
 
 def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: int, repeats: int,
-            measured: str, beside=None) -> dict[str, Any]:
+            measured: str, beside=None, flush=None) -> dict[str, Any]:
     try:
         import onnxruntime as ort
     except ImportError:
@@ -142,13 +142,13 @@ def measure(op: Operator, arrays: dict[str, np.ndarray], nbytes: int, threads: i
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         if is_decode(op, arrays):   # the whole call, as ropegen's op.run is timed there: NumPy in, out
             dense = {n: np.ascontiguousarray(a) for n, a in feeds.items()}
-            return {**timed_beside(lambda: sess.run(None, dense), beside, repeats, nbytes), "call": "whole"}
+            return {**timed_beside(lambda: sess.run(None, dense), beside, repeats, nbytes, flush), "call": "whole"}
         io = sess.io_binding()
         for n, a in feeds.items():
             io.bind_cpu_input(n, np.ascontiguousarray(a))
         for n, a in outs.items():
             io.bind_output(n, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
-        return timed_beside(lambda: sess.run_with_iobinding(io), beside, repeats, nbytes)
+        return timed_beside(lambda: sess.run_with_iobinding(io), beside, repeats, nbytes, flush)
     except Exception as exc:  # onnxruntime lacking a kernel (e.g. bf16) is a result, not a crash
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
 
