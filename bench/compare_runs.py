@@ -25,6 +25,13 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     old, new = [_rows(p) for p in a.old], [_rows(p) for p in a.new]
     keys = [k for k in old[0] if k in new[0]]
+    # rows timed hot (each call after the one before it: files before issue13_s10) and cold (after the
+    # cache flush) are not comparable where the data fits the last-level cache
+    mixed = sorted({k[0] for k in keys for side in (old, new) for run in side
+                    if run[k].get("cache", "hot") != old[0][k].get("cache", "hot")})
+    if mixed:
+        raise SystemExit(f"compare_runs: rows timed hot beside rows timed cold ({', '.join(mixed)}); "
+                         f"compare runs of one kind (JSON 'cache'; none = hot)")
     print(f"{'operator':24s} {'positions':9s} {'mode':13s} {'old ms':>7s} {'new ms':>7s} "
           f"{'old ratio':>9s} {'new ratio':>9s}  new/old")
     logs = []

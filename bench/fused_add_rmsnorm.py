@@ -1,20 +1,22 @@
 """The residual-add fusion on the C backend: vLLM's fused_add_rms_norm as one ropegen operator
 (`residual = r`: h = x + r and y = rmsnorm(h), one pass over x and r) against the unfused pair a
 model runs without it (NumPy's add into a preallocated h, then ropegen's RMSNorm of h), min of
-interleaved runs, with the bytes each moves and the ratio to a copy of those bytes (the faster of
-memcpy and a non-temporal copy, the bench's own yardstick, same threads, timed in the same rounds).
+interleaved runs, each timed cold as `ropegen bench` times prefill rows (after the bench's cache flush),
+with the bytes each moves and the ratio to a copy of those bytes (the faster of memcpy and a
+non-temporal copy, the bench's own yardstick, same threads, timed in the same rounds).
 
     python bench/fused_add_rmsnorm.py [--tokens 4096] [--hidden 4096] [--threads 2] [--repeats 30]
 """
 import argparse
 import json
-import time
 
 import ml_dtypes
 import numpy as np
 
 import ropegen
 from ropegen.bench import yardstick
+from ropegen.bench.flush import Flush
+from ropegen.bench.harness import interleaved
 
 SPEC = """
 rmsnorm fused_add {{
@@ -36,16 +38,8 @@ rmsnorm plain {{
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
 
 
-def best(fns, repeats):
-    for f in fns:
-        f()
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            f()
-            times[i].append(time.perf_counter() - t0)
-    return [min(t) for t in times]
+def best(fns, repeats, flush):
+    return [min(t) for t in interleaved(fns, repeats, flush)]
 
 
 def main() -> None:
@@ -57,6 +51,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     out = []
+    flush = None
     for dt, npt in DTYPES.items():
         prog = ropegen.compile(SPEC.format(dt=dt, n=a.hidden))
         fused, plain = prog["fused_add"], prog["plain"]
@@ -67,6 +62,7 @@ def main() -> None:
         y, h, h2, y2 = (np.empty_like(x) for _ in range(4))
         fk, pk = fused.kernel("c"), plain.kernel("c")
         yard = yardstick.build("c")
+        flush = flush or Flush(None, a.threads, yard.read)
         copies = yardstick.runners(yard, "out_of_place", 5 * x.nbytes, a.threads)   # the fused call's bytes
 
         def run_fused():
@@ -77,7 +73,7 @@ def main() -> None:
             pk(h2, w, threads=a.threads, out=(y2,))
 
         names = list(copies)
-        t_f, t_u, *t_copies = best([run_fused, run_unfused, *copies.values()], a.repeats)
+        t_f, t_u, *t_copies = best([run_fused, run_unfused, *copies.values()], a.repeats, flush)
         t_c = min(t_copies)
         np.testing.assert_array_equal(h.view(np.uint8), h2.view(np.uint8))   # same rounding of h
         moved_f = 5 * x.nbytes + w.nbytes             # x, r read; y, h written (+ weight)

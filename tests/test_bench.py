@@ -62,17 +62,26 @@ def test_with_a_flush_every_timed_call_follows_it(monkeypatch):
     assert log[:2] == ["kernel", "stream"]          # the warm-up round, unflushed
 
 
+def _table_cells(text: str, operator: str) -> dict[str, str]:
+    """The header's columns -> the cells of the row of `operator` (columns are two spaces apart)."""
+    import re
+    lines = text.splitlines()
+    head = re.split(r"\s{2,}", lines[0].strip())
+    row = next(ln for ln in lines[2:] if ln.startswith(operator + " "))
+    return dict(zip(head, re.split(r"\s{2,}", row.strip())))
+
+
 def test_prefill_rows_are_timed_cold_and_decode_rows_hot(monkeypatch):
     """A prefill-sized row flushes the caches before every timed call of the kernel, its copies and its
-    peers (each then reads from memory); a decode-sized row never does."""
+    peers (each then reads from memory), on the bench's threads; a decode-sized row never does."""
     from ropegen.bench import flush as flush_mod
     from ropegen.bench import harness
-    made: list[int] = []
+    made: list[tuple[int, int, bool]] = []
 
     class SmallFlush(flush_mod.Flush):
-        def __init__(self):
-            super().__init__(1 << 20)
-            made.append(self.nbytes)
+        def __init__(self, nbytes, threads=1, reader=None):
+            super().__init__(1 << 20, threads, reader)
+            made.append((self.nbytes, threads, reader is not None))
             self.calls = 0
 
         def __call__(self):
@@ -87,25 +96,83 @@ def test_prefill_rows_are_timed_cold_and_decode_rows_hot(monkeypatch):
     monkeypatch.setattr(harness.peer_registry, "run", fake_run)
     op = _op("llama3.rope", "llama3_8b")
     r = B.bench([op], threads=1, shapes=["T=4,positions=prefill"], repeats=2, inplace=False)
-    assert r[0]["cache"] == "hot" and made == [] and seen["flush"] is None
-    r = B.bench([op], threads=1, shapes=["T=80,positions=prefill"], repeats=2, inplace=False)
-    assert r[0]["cache"] == "cold" and made == [1 << 20]
+    assert r[0]["cache"] == "hot" and made == [] and seen["flush"] is None and "flush_bytes" not in r[0]
+    assert _table_cells(B.format_results(r), "llama3_8b")["cache"] == "hot"
+    r = B.bench([op], threads=2, shapes=["T=80,positions=prefill"], repeats=2, inplace=False)
+    assert r[0]["cache"] == "cold" and made == [(1 << 20, 2, True)] and r[0]["flush_bytes"] == 1 << 20
     assert isinstance(seen["flush"], SmallFlush)
     assert seen["flush"].calls == 2 * 3         # two rounds of the kernel, memcpy and the stream copy
-    assert "cache: cold" in B.format_results(r) and " cold " in B.format_results(r)
+    assert _table_cells(B.format_results(r), "llama3_8b")["cache"] == "cold"
 
 
-def test_flush_buffer_is_twice_the_last_level_cache(tmp_path):
+def test_the_numpy_peer_is_flushed_with_its_rounds():
+    """peers.run hands the flush to each peer, which runs it before every timed call of its own and of
+    the measured call beside it."""
+    from ropegen.bench import peers
+    from ropegen.bench.peers import numpy as numpy_peer
+    op = _op("llama3.rope", "llama3_8b")
+    arrays = B.bench_inputs(op, {"T": 4}, "prefill")
+    calls = {"flush": 0, "beside": 0}
+
+    def count(name):
+        def f():
+            calls[name] += 1
+        return f
+    out = peers.run(["numpy"], op, arrays, 1000, 1, 3, "c", beside=count("beside"), flush=count("flush"))
+    assert "time_min_s" in out["numpy"]
+    rounds = min(3, numpy_peer.NUMPY_REPEATS)
+    assert calls["flush"] == 2 * rounds and calls["beside"] == 1 + rounds
+
+
+def test_flush_size_is_twice_the_last_level_caches(tmp_path):
     from ropegen.bench import flush as flush_mod
-    for i, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "266240K")]):
-        d = tmp_path / f"index{i}"
-        d.mkdir()
+
+    def cache(cpu, i, level, size, shared=None, broken=False):
+        d = tmp_path / f"cpu{cpu}" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
         (d / "level").write_text(f"{level}\n")
-        (d / "size").write_text(f"{size}\n")
-    assert flush_mod.last_level_cache_bytes(tmp_path) == 266240 << 10
-    assert flush_mod.last_level_cache_bytes(tmp_path / "missing") is None
+        if not broken:
+            (d / "size").write_text(f"{size}\n")
+        if shared is not None:
+            (d / "shared_cpu_list").write_text(f"{shared}\n")
+    # two CPUs sharing one 260 MiB L3, two more on a second 32M domain, one index unreadable
+    for cpu in (0, 1):
+        cache(cpu, 0, 1, "48K", str(cpu))
+        cache(cpu, 1, 2, "2048K", str(cpu))
+        cache(cpu, 2, 3, "266240K", "0-1")
+    for cpu in (2, 3):
+        cache(cpu, 0, 1, "48K", broken=True)
+        cache(cpu, 1, 3, "32M", "2-3")
+    assert flush_mod.last_level_cache_bytes(tmp_path, {0}) == 266240 << 10
+    assert flush_mod.last_level_cache_bytes(tmp_path, {0, 1}) == 266240 << 10     # one domain, counted once
+    assert flush_mod.last_level_cache_bytes(tmp_path, {0, 1, 2, 3}) == (266240 << 10) + (32 << 20)
+    assert flush_mod.last_level_cache_bytes(tmp_path, {7}) is None
+    assert flush_mod.flush_bytes(100 << 20) == 200 << 20
+    assert flush_mod.flush_bytes(1 << 20) == flush_mod.MIN_BYTES
+    assert flush_mod.flush_bytes(None) == 2 * flush_mod.FALLBACK_LLC_BYTES
     f = flush_mod.Flush(1 << 20)
     assert f.nbytes == 1 << 20 and f() == (1 << 20) // 64
+
+
+def test_the_c_yardstick_reads_the_flush_buffer_on_threads():
+    from ropegen.backends.c.bench import Yardstick
+    from ropegen.bench import flush as flush_mod
+    yard = Yardstick()
+    for threads in (1, 2):
+        f = flush_mod.Flush(3 << 20, threads, yard.read)
+        f.buffer[::8] = np.arange(f.buffer[::8].size, dtype=np.uint64)
+        assert f() == int(f.buffer[::8].sum())      # one word of every line, every chunk
+
+
+def test_bench_refuses_a_shape_that_leaves_no_room_for_the_flush(monkeypatch):
+    from ropegen.bench import harness
+    from ropegen.runtime.memory import TooLarge
+    op = _op("llama3.rope", "llama3_8b")
+    need = B.bench_bytes(op, {"T": 80})
+    monkeypatch.setattr(harness, "memory_limit", lambda: need + (1 << 20))
+    monkeypatch.setattr(harness, "flush_bytes", lambda: 64 << 20)
+    with pytest.raises(TooLarge, match="cache-flush buffer"):
+        B.bench([op], threads=1, shapes=["T=80,positions=prefill"], repeats=1, peers=())
 
 
 @pytest.mark.parametrize("positions", ["prefill", "random"])

@@ -17,7 +17,7 @@ from ropegen import backends
 from ropegen.api import Operator, Program
 from ropegen.bench import peers as peer_registry
 from ropegen.bench import targets, yardstick
-from ropegen.bench.flush import Flush
+from ropegen.bench.flush import Flush, flush_bytes
 from ropegen.bench.inputs import (bench_inputs, bytes_moved, dtype_label, positions_label, require_memory,
                                   symbol_sizes)
 from ropegen.bench.shapes import DEFAULT_SHAPES, parse_shape
@@ -143,11 +143,12 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
             raise ValueError(f"shape '{shape['label']}' sizes {', '.join(sorted(unknown))}, which no operator "
                              f"has; symbols: {', '.join(sorted(known)) or 'none'}")
     limit = memory_limit()
+    reserve = flush_bytes()     # the cold rows' cache-flush buffer, made on the first of them
     for op in ops:      # every size is checked before anything is allocated or built
         for shape in parsed:
-            require_memory(op, shape, limit)
+            require_memory(op, shape, limit, reserve)
     yard = yardstick.build(backend)
-    flush: Flush | None = None      # made on the first prefill-sized row (a buffer 2x the last-level cache)
+    flush: Flush | None = None
     runner, modes_of, threaded = _caller(backend)
     results: list[dict[str, Any]] = []
     for op in ops:
@@ -171,8 +172,10 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
                 # decode sizes hot (a served model's small calls find their data cached), the rest cold
                 cold = not is_decode(op, arrays)
                 if cold and flush is None:
-                    flush = Flush()
+                    flush = Flush(reserve, threads, getattr(yard, "read", None))
                 rec["cache"] = "cold" if cold else "hot"
+                if cold:
+                    rec["flush_bytes"] = flush.nbytes
                 before = flush if cold else None
                 copies = yardstick.runners(yard, mode, nbytes, threads)
                 timed = interleaved([run, *copies.values()] + ([bound] if bound is not None else []), repeats,

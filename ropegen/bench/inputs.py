@@ -41,12 +41,14 @@ def bench_bytes(op: Operator, sizes: dict[str, int] | None = None) -> int:
     return 4 * (inputs + outputs) + 4 * widest
 
 
-def require_memory(op: Operator, shape: dict[str, Any], limit: int) -> None:
-    """Raise TooLarge (a ValueError) when benchmarking `op` at `shape` needs more than `limit` bytes."""
-    need = bench_bytes(op, shape["sizes"])
+def require_memory(op: Operator, shape: dict[str, Any], limit: int, reserve: int = 0) -> None:
+    """Raise TooLarge (a ValueError) when benchmarking `op` at `shape` needs more than `limit` bytes, with
+    `reserve` bytes (the cache-flush buffer) held beside it."""
+    need = bench_bytes(op, shape["sizes"]) + reserve
     if need > limit:
-        raise TooLarge(f"shape '{shape['label']}' is too large for {op.name}: it needs about {format_bytes(need)}, "
-                       f"over {format_bytes(limit)} ({limit_hint()})")
+        also = f" with the {format_bytes(reserve)} cache-flush buffer" if reserve else ""
+        raise TooLarge(f"shape '{shape['label']}' is too large for {op.name}: it needs about {format_bytes(need)}"
+                       f"{also}, over {format_bytes(limit)} ({limit_hint()})")
 
 
 def bench_inputs(op: Operator, sizes: dict[str, int] | None = None, positions: str = "random",

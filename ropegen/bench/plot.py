@@ -64,7 +64,8 @@ def plot(results: list[dict[str, Any]], path: str) -> int:
             ax.plot(xs, ys, marker="o", label=name, color=colors[name], **style)
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} ({mode.replace('_', ' ')})", fontsize=9)
-        ax.set_xlabel("tokens")
+        # decode sizes are timed hot (data cached), larger ones cold (from memory): say where it changes
+        ax.set_xlabel("tokens (hot up to 64, cold above)")
         ax.set_ylabel("GB/s")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)

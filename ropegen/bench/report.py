@@ -49,7 +49,8 @@ def format_results(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
         rows.append((r["operator"], r["dtype"], r["shape"], r["mode"].replace("_", " "), str(r["threads"]),
-                     r.get("call", "bound"), r.get("cache", "-"), _us(r["time_min_s"]), _us(r["time_median_s"]), _fmt_bound(r),
+                     r.get("call", "bound"), r.get("cache", "-"), _us(r["time_min_s"]), _us(r["time_median_s"]),
+                     _fmt_bound(r),
                      f"{r['bytes'] / 1e6:.1f}", f"{r['gbps']:.1f}",
                      f"{r['yardstick']['gbps']:.1f} {_TAGS.get(_used(r['yardstick']), '?')}",
                      _fmt_copies(r['yardstick']), f"{r['ratio_to_copy']:.2f}") + tuple(_fmt_peer(r, name) for name in HOST_PEERS))

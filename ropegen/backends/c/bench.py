@@ -3,7 +3,8 @@ kernel, and a low-overhead runner that calls a bound kernel directly.
 
 The copy yardstick is the faster of memcpy and a non-temporal copy of the same bytes (half read, half
 written) for out-of-place runs and an in-place scale x *= s over the same bytes for in-place runs, all
-built with the same compiler, flags and OpenMP as the kernels.
+built with the same compiler, flags and OpenMP as the kernels; the same library reads the bench's
+cache-flush buffer on the kernels' threads.
 """
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ class Yardstick:
         self.stream_isa.argtypes = []
         self.scale = lib.ropegen_yardstick_scale
         self.scale.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int]
+        # the cache flush's read (ropegen.bench.flush): read(address, nbytes, threads) -> a sum
+        self.read = lib.ropegen_yardstick_read
+        self.read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+        self.read.restype = ctypes.c_int64
 
     @staticmethod
     def _half(nbytes: int) -> int:
