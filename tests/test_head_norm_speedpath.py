@@ -89,6 +89,18 @@ rope f32_qwen3 {
     positions = positions
     angles = computed(base = 1000000)
 }
+rope many_heads_bf16 {
+    in q: bf16[tokens=T, heads=72, head_dim=128]
+    in k: bf16[tokens=T, heads=8, head_dim=128]
+    in positions: i64[T]
+    in q_weight: bf16[128]
+    in k_weight: bf16[128]
+    out q_rot = rotate(rmsnorm(q, weight = q_weight, epsilon = 1e-6))
+    out k_rot = rotate(rmsnorm(k, weight = k_weight, epsilon = 1e-6))
+    pairing = neox
+    positions = positions
+    angles = computed(base = 1000000)
+}
 rope plain_bf16 {
     in q: bf16[tokens=T, heads=4, head_dim=96]
     in positions: i64[T]
@@ -115,7 +127,7 @@ def all_ops(tmp_path_factory):
 
 OP_NAMES = ("qwen3_qk_norm_rope", "gemma3_qk_norm_rope", "packed_qkv_qk_norm_rope", "olmo2_qk_norm_rope",
             "qk_norm_rope_fp8", "olmo2_bf16", "gemma_bf16_partial", "tail_bf16_gptj", "f16_neox", "f32_qwen3",
-            "plain_bf16")
+            "plain_bf16", "many_heads_bf16")
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray, nan_inputs: bool = False) -> bool:
@@ -249,6 +261,22 @@ def test_the_vector_variants_take_the_float_path(all_ops):
         assert "_inv_f(" not in base and "_f(rg_xf" not in base, name
     fp8 = _source(all_ops["qk_norm_rope_fp8"])
     assert "_f(rg_xf" not in fp8
+
+
+def test_each_head_is_converted_to_float_once_where_the_token_fits(all_ops):
+    """The vector variants keep a token's heads in float between the inverse roots and the rotation
+    (rg_hf) when they fit 32 KiB, so each head is converted once; a larger stream converts twice."""
+    def body(src: str, variant: str) -> str:
+        start = src.index(f"void {variant}(const struct rg_args")
+        return src[start:src.index("\n}\n", start)]
+
+    for name, conversions in (("qwen3_qk_norm_rope", 2), ("many_heads_bf16", 3), ("f16_neox", 2)):
+        src = _source(all_ops[name])
+        for isa in ("avx2", "avx512"):
+            b = body(src, f"rg_run_{isa}")
+            wide = "f16" if name == "f16_neox" else "bf16"
+            assert b.count(f"rg_{wide}_in_{isa}(") == conversions, (name, isa)
+            assert ("float rg_hf[72]" in b) is False and ("float rg_hf[8][128]" in b) == (name != "f16_neox"), name
 
 
 HARNESS = """

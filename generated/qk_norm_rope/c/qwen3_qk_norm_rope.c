@@ -1083,8 +1083,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
             float rg_invs[32];
+            float rg_hf[32][128];      /* every head in float, converted once for both loops */
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
-                float rg_xf[128];
+                float *rg_xf = rg_hf[rg_h];
                 rg_bf16_in_avx2(rg_xf, rg_xt + rg_h * q_stride_head, 128);
                 rg_invs[rg_h] = rg_head_norm0_inv_f(rg_xf);
             }
@@ -1092,8 +1093,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 128 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm0_f), then rotated */
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
-                float rg_xf[128];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
+                float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm0_f(rg_xf, rg_head_norm0_wf, rg_invs[rg_h], rg_head_norm0_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
@@ -1129,8 +1129,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
             float rg_invs[8];
+            float rg_hf[8][128];      /* every head in float, converted once for both loops */
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
-                float rg_xf[128];
+                float *rg_xf = rg_hf[rg_h];
                 rg_bf16_in_avx2(rg_xf, rg_xt + rg_h * k_stride_head, 128);
                 rg_invs[rg_h] = rg_head_norm1_inv_f(rg_xf);
             }
@@ -1138,8 +1139,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 128 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm1_f), then rotated */
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
-                float rg_xf[128];
-                rg_bf16_in_avx2(rg_xf, rg_xh, 128);
+                float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm1_f(rg_xf, rg_head_norm1_wf, rg_invs[rg_h], rg_head_norm1_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
@@ -1223,8 +1223,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             uint16_t *rg_yt = q_rot + rg_t * q_rot_stride_token;
             /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
             float rg_invs[32];
+            float rg_hf[32][128];      /* every head in float, converted once for both loops */
             for (int64_t rg_h = 0; rg_h < 32; ++rg_h) {
-                float rg_xf[128];
+                float *rg_xf = rg_hf[rg_h];
                 rg_bf16_in_avx512(rg_xf, rg_xt + rg_h * q_stride_head, 128);
                 rg_invs[rg_h] = rg_head_norm0_inv_f(rg_xf);
             }
@@ -1232,8 +1233,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 128 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm0_f), then rotated */
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
-                float rg_xf[128];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
+                float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm0_f(rg_xf, rg_head_norm0_wf, rg_invs[rg_h], rg_head_norm0_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
@@ -1269,8 +1269,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             /* every head's inverse root first (from float): independent square roots and divisions, overlapped */
             float rg_invs[8];
+            float rg_hf[8][128];      /* every head in float, converted once for both loops */
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
-                float rg_xf[128];
+                float *rg_xf = rg_hf[rg_h];
                 rg_bf16_in_avx512(rg_xf, rg_xt + rg_h * k_stride_head, 128);
                 rg_invs[rg_h] = rg_head_norm1_inv_f(rg_xf);
             }
@@ -1278,8 +1279,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 128 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm1_f), then rotated */
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
-                float rg_xf[128];
-                rg_bf16_in_avx512(rg_xf, rg_xh, 128);
+                float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm1_f(rg_xf, rg_head_norm1_wf, rg_invs[rg_h], rg_head_norm1_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the head in float (vector conversions), rotated there; the rotated ranges back to bf16,
