@@ -110,3 +110,20 @@ def test_every_variant_gives_the_baseline_bits(op, scale_special, monkeypatch):
                 work = [np.array(a, copy=True) for a in args]
                 got = op.run_all(*work, backend="c", inplace=True, threads=2)[0]
                 assert _same(want, np.asarray(got)), (op.name, isa, stream, "in place")
+
+
+def test_the_row_sum_tree_stays_in_registers_under_gnu_c():
+    """The pairwise tree over a row's partial sums: under GCC / Clang on vector values (halves taken in
+    registers), since storing a level and loading halves of it back defeats store forwarding (a row of
+    128 bf16: 62 -> 52 ns); the same levels in the same order, so the same bits (the transcription tests
+    above compare every variant); other compilers keep the loops over the array."""
+    for op in ALL:
+        src = next(v for k, v in op.sources["c"].items() if k.endswith(".c"))
+        body = src[src.index("rg_sum_squares("):]
+        body = body[:body.index("\n}\n")]
+        gnu, other = body.split("#if defined(__GNUC__)")[1].split("#else")
+        widths = rms_context(op.plan)["fold_widths"]
+        for w in widths[:-1]:
+            assert f"vector_size({w} * sizeof(rg_stash))" in gnu, (op.name, w)
+            assert f"total[l] += total[l + {w}]" in other, (op.name, w)
+        assert "total[" not in gnu.split("memcpy(&rg_lo", 1)[1].split(";", 1)[1], op.name   # only the first level reads the array

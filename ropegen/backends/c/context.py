@@ -378,7 +378,7 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         weight_offset=facts.LITERAL[product](p.weight_offset) if p.weight_offset else "",
         epsilon=literal(p.epsilon_stash), n_literal=literal(float(p.norm_size)),
         rows=[_size(a.size, params) for a in p.ir.x.axes[:p.axis]],
-        lanes=lanes, block=_rms_block(lanes, p.norm_size), fold_widths=_halvings(4 * lanes), fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
+        lanes=lanes, block=_rms_block(lanes, p.norm_size), fold_widths=_halvings(4 * lanes), fold_vec=_halvings(4 * lanes)[:-1], fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
         sqrt_fn=facts.SQRT[stash], symbol_params=[q for q in params if q.kind == "dim"],
         threads=params[-1].c_name, full_scale=full_scale,
         chunk_rows=max(1, CHUNK_BYTES // max(1, p.norm_size * p.x.itemsize)),
