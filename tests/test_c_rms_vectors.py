@@ -121,9 +121,42 @@ def test_the_row_sum_tree_stays_in_registers_under_gnu_c():
         src = next(v for k, v in op.sources["c"].items() if k.endswith(".c"))
         body = src[src.index("rg_sum_squares("):]
         body = body[:body.index("\n}\n")]
-        gnu, other = body.split("#if defined(__GNUC__)")[1].split("#else")
+        gnu, other = body.split("#if defined(__GNUC__) && !defined(ROPEGEN_LOOP_TREE)")[1].split("#else")
         widths = rms_context(op.plan)["fold_widths"]
         for w in widths[:-1]:
             assert f"vector_size({w} * sizeof(rg_stash))" in gnu, (op.name, w)
             assert f"total[l] += total[l + {w}]" in other, (op.name, w)
-        assert "total[" not in gnu.split("memcpy(&rg_lo", 1)[1].split(";", 1)[1], op.name   # only the first level reads the array
+        for w, prev in zip(widths[1:-1], widths):       # each level halves the one before, in registers
+            assert f"memcpy(&rg_lo{w}, &rg_t{prev}, " in gnu, (op.name, w)
+        assert gnu.count("total") == 2, op.name             # only the first level reads the array
+        assert f"return rg_t{widths[-2]}[0] + rg_t{widths[-2]}[1];" in gnu, op.name
+
+
+def _rms_bits(op, flags: tuple[str, ...], arrays) -> np.ndarray:
+    """y of a plain RMSNorm (x, scale -> y) built with `flags`, on every row of `arrays`."""
+    import ctypes
+    from ropegen.backends.c import build as cbuild
+    src = op.sources["c"]
+    lib = ctypes.CDLL(str(cbuild.build(src, op.name, extra_flags=flags)))
+    x, scale, tokens = arrays
+    y = np.zeros_like(x)
+    fn = getattr(lib, "ropegen_" + op.name)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    assert fn(x.ctypes.data, scale.ctypes.data, y.ctypes.data, tokens, 1) == 0
+    return y.view(f"u{y.dtype.itemsize}")
+
+
+@pytest.mark.parametrize("name", ["qwen3_q_norm", "rms_bf16_stash_f64", "vec_f32_300", "vec_bf16_4096"])
+def test_the_loop_tree_gives_the_vector_trees_bits(name, monkeypatch):
+    """The other compilers' loops (forced by ROPEGEN_LOOP_TREE) and GCC's vector tree add the same
+    sums in the same order: the same bits, in every variant (64 sums, and 32 with an f64 stash)."""
+    op = next(o for o in ALL if o.name == name)
+    p = op.plan
+    rng = np.random.default_rng(5)
+    # rows: 37 of the leading symbol times the fixed dimensions between it and the normalized axis
+    rows = 37 * int(np.prod([a.size for a in op.ir.x.axes[1:p.axis]], dtype=np.int64))
+    x = rng.standard_normal((rows, p.norm_size)) * rng.uniform(0.01, 100, (rows, 1))
+    arrays = (x.astype(p.x.np_dtype), rng.uniform(0.5, 2, p.norm_size).astype(p.scale.np_dtype), 37)
+    for isa in ISAS:
+        monkeypatch.setenv("ROPEGEN_ISA", isa)
+        assert np.array_equal(_rms_bits(op, (), arrays), _rms_bits(op, ("-DROPEGEN_LOOP_TREE",), arrays)), (name, isa)

@@ -984,7 +984,6 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 64 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm0_f), then rotated */
-                const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm0_f(rg_xf, rg_head_norm0_wf, rg_invs[rg_h], rg_head_norm0_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
@@ -1032,7 +1031,6 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 64 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm1_f), then rotated */
-                const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm1_f(rg_xf, rg_head_norm1_wf, rg_invs[rg_h], rg_head_norm1_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
@@ -1125,7 +1123,6 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 16; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 64 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm0_f), then rotated */
-                const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm0_f(rg_xf, rg_head_norm0_wf, rg_invs[rg_h], rg_head_norm0_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
@@ -1173,7 +1170,6 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 4; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_stride_head + k_stride_token, 64 * sizeof rg_xt[0]);
                 /* the float path: the head in float, normalized there (see rg_head_norm1_f), then rotated */
-                const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 float *rg_xf = rg_hf[rg_h];      /* converted in the loop above */
                 rg_head_norm1_f(rg_xf, rg_head_norm1_wf, rg_invs[rg_h], rg_head_norm1_wok);
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;

@@ -384,9 +384,11 @@ static inline rg_stash rg_sum_squares(const uint16_t *x, const uint16_t *r)
         total[i % RG_SUMS] += v * v;
     }
     /* the tree: each level adds the upper half of the sums to the lower */
-#if defined(__GNUC__)
+#if defined(__GNUC__) && !defined(ROPEGEN_LOOP_TREE)
     /* on vector values that stay in registers: the loops below store each level and load halves of it
-     * back, which the store buffer cannot forward (a row of 128 bf16: 62 -> 52 ns); the same sums */
+     * back, which the store buffer cannot forward (a row of 128 bf16: 62 -> 52 ns; f32 rows of 128 stored
+     * without streaming to uncached lines got slower, 71-86 -> 80-92 ns); the same sums, so the same
+     * bits (ROPEGEN_LOOP_TREE builds the loops, for the test that compares the two) */
     typedef rg_stash rg_tv32 __attribute__((vector_size(32 * sizeof(rg_stash))));
     rg_tv32 rg_lo32, rg_hi32;
     memcpy(&rg_lo32, total, sizeof rg_lo32);

@@ -156,7 +156,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
             s["norm"]["grid_fast"] = "rg_grid_bf16_fast" if s["norm"]["grid"] == "rg_grid_bf16" else ""
             # vector variants: a head's squares summed from float (_inv_f), its float copy (grid) or the f32
             # head itself, not per token (OLMo 2's); the token's float copies kept for the rotation (keep_f)
-            # when they fit 32 KiB, so that each head is converted once (llama-sized bf16 q + k: 5% faster)
+            # when they fit 32 KiB, so that each head is converted once (Qwen3 bf16 q + k: 6% faster)
             s["norm"]["inv_f"] = (bool(s["norm"]["grid"]) or (p.storage.name, plan_stream.norm.stash.name) == ("f32", "f32")) \
                 and not plan_stream.norm.over_heads
             s["norm"]["keep_f"] = bool(s["norm"]["grid"]) and s["norm"]["inv_f"] and s["heads"] * p.head_dim <= 8192
