@@ -157,6 +157,9 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
             args = [arrays[n] for n in op.inputs]
             nbytes = bytes_moved(op, arrays)
             sizes = {s: int(v) for s, v in symbol_sizes(op, arrays).items()}
+            # decode sizes: hot (a served model's small calls find their data cached), and on a threaded
+            # target the whole call timed with the bound one beside it; the rest cold
+            decode = is_decode(op, arrays)
             for mode in modes_of(op, inplace):
                 rec: dict[str, Any] = {
                     "operator": op.name, "kind": op.kind, "spec": op.spec.file, "backend": backend,
@@ -166,11 +169,10 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
                 }
                 run = runner(op, args, threads, mode)
                 bound = None
-                if threaded and is_decode(op, arrays):   # the whole call timed; the bound one beside it
+                if threaded and decode:
                     run, bound = whole_call(op, args, threads, mode, backend), run
                 rec["call"] = "whole" if bound is not None else "bound"
-                # decode sizes hot (a served model's small calls find their data cached), the rest cold
-                cold = not is_decode(op, arrays)
+                cold = not decode
                 if cold and flush is None:
                     flush = Flush(reserve, threads, getattr(yard, "read", None))
                 rec["cache"] = "cold" if cold else "hot"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ropegen.bench.harness import DECODE_TOKENS
+
 
 # ropegen and the copy keep their colors; the peers take the rest in name order, the same in every panel
 FIXED = {"ropegen": "tab:red", "copy": "grey"}
@@ -65,7 +67,7 @@ def plot(results: list[dict[str, Any]], path: str) -> int:
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} ({mode.replace('_', ' ')})", fontsize=9)
         # decode sizes are timed hot (data cached), larger ones cold (from memory): say where it changes
-        ax.set_xlabel("tokens (hot up to 64, cold above)")
+        ax.set_xlabel(f"tokens (hot up to {DECODE_TOKENS}, cold above)")
         ax.set_ylabel("GB/s")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
