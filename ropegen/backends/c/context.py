@@ -5,52 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ropegen import ir
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c import facts
-from ropegen.backends.c.abi import function_name, rms_abi, rope_abi, words_function_name
-from ropegen.lower.abi import Param, find
+from ropegen.backends.c.abi import function_name, rope_abi, words_function_name
+from ropegen.backends.c.ctxbase import CHUNK_BYTES, _name, _scalar, _size, _stream_min
+from ropegen.backends.c.rms_context import rms_context  # noqa: F401  (CONTEXTS; importers of context)
+from ropegen.lower.abi import Param
 from ropegen.lower.strides import token_dims
-from ropegen.ir.dtypes import DType
-from ropegen.ops.plan import ExactAngles, GgmlAngles, RmsNormPlan, RopePlan, TableAnglesPlan
+from ropegen.ops.plan import ExactAngles, GgmlAngles, RopePlan, TableAnglesPlan
 from ropegen.ops.rope import forms
 from ropegen.render import c_double, c_float
-
-
-# Tokens (rope) or rows (rmsnorm) are handed to threads in chunks of about this many input bytes:
-# small enough to balance two busy cores, large enough that scheduling costs nothing.
-CHUNK_BYTES = 256 * 1024
-
-# Out-of-place outputs at least this large are written with non-temporal stores (they would not
-# stay in cache anyway): above a typical last-level cache share, where memcpy streams too.
-STREAM_BYTES = 32 * 1024 * 1024
-
-def _stream_min(out: DType, bytes_per_item: int) -> int:
-    """Tokens (rows) from which outputs are streamed; 0: never. Measured: streaming pays for 2-, 4- and
-    8-byte elements since 16-bit outputs are stored non-temporally straight from their conversion
-    (llama3 f16 q+k T=4096, 2 threads: 0.80 of the copy streamed, 0.69 not; RMSNorm bf16 0.71 and
-    0.66); fp8 outputs go through a store buffer and were not measured to gain."""
-    if out.itemsize < 2:
-        return 0
-    return max(1, STREAM_BYTES // max(1, bytes_per_item))
-
-
-arith_name = facts.arith_name
-
-
-def _name(params: list[Param], *source) -> str:
-    """The C identifier of the parameter the host fills from `source` (see lower/abi.py)."""
-    return find(params, *source).name
-
-
-def _size(v: ir.Size, params: list[Param]) -> int | str:
-    """A size as templates/c prints it: an int literal, or the dim parameter of its symbol."""
-    return v if isinstance(v, int) else _name(params, "dim", v)
-
-
-def _scalar(v: int | str | None, params: list[Param]) -> int | str | None:
-    """A position scalar: an int literal, or the parameter carrying a rank-0 input."""
-    return _name(params, "scalar", v) if isinstance(v, str) else v
 
 
 # ---- RoPE -----------------------------------------------------------------------------------
@@ -303,92 +267,6 @@ def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any]
         epsilon=facts.LITERAL[stash](n.epsilon_stash), summed=s_heads if n.over_heads else 1, over_heads=n.over_heads,
         offset=facts.LITERAL[prod](n.weight_offset) if n.weight_offset else "",
         before_scale=n.cast == "before_scale", tail=p.head_dim // 16 * 16)
-
-
-# ---- RMSNorm --------------------------------------------------------------------------------
-
-def rms_product_name(p: RmsNormPlan) -> str:
-    return p.product.name
-
-
-def _halvings(n: int) -> list[int]:
-    """The widths of a pairwise tree over n (a power of two) partial sums: n/2, n/4, ..., 1."""
-    return [n >> k for k in range(1, n.bit_length())]
-
-
-def _rms_block(lanes: int, n: int) -> int:
-    """Elements per summation block: 64 vectors, or for a shorter row the whole multiple of the four
-    accumulators' width in it, so that a row of 128 is summed by the vector loop rather than the
-    scalar tail. The bits do not change: a row shorter than 64 vectors is one block, whose sums join
-    totals that are still zero (exactly), then the tail, in the order the tail alone would take."""
-    sums = 4 * lanes
-    return min(lanes * 64, max(sums, n // sums * sums))
-
-
-def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> dict[str, Any]:
-    """The vector row loop of the AVX2 / AVX-512 variants (rmsnorm.c.j2): x loaded (and converted) into
-    vector registers, normalized, scaled, and y stored (converted, non-temporal when streaming) straight to
-    the output, two vectors at a time, instead of through the piece buffer and a streaming copy. f32 rows
-    in every row path; bf16 rows in the fast one only, which has no NaN, so that the normalized value's
-    rounding is the carry form on each lane. Each lane computes the scalar formula: the same bits.
-    rms_vec_fast / rms_vec_exact: variant -> its form, for the fast and the exact row loop."""
-    t = p.x.name
-    if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
-            or t not in ("f32", "bf16")):
-        return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={})
-
-    def form(isa: str, width: int) -> dict[str, Any]:
-        return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
-                    set1={8: "_mm256_set1_ps", 16: "_mm512_set1_ps"}[width],
-                    ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}", stp=f"rg_vstp_{t}_{isa}",
-                    grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}")
-    forms = {"rg_run_avx2": form("avx2", 8), "rg_run_avx512": form("avx512", 16)}
-    return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
-                rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x))
-
-
-def rms_context(p: RmsNormPlan) -> dict[str, Any]:
-    params = rms_abi(p)
-    stash = p.stash.name
-    product = rms_product_name(p)
-    lanes = 8 if stash == "f64" else 16
-    before = p.cast == "before_scale"
-    # the fast row path (see rmsnorm.c.j2): bf16 roundings without their NaN select, where the
-    # rounding is rg_f32_to_bf16 of a float (stash / product f32); after_scale rounds no normalized value
-    norm_carry = before and (p.x.name, stash, product) == ("bf16", "f32", "f32")
-    y_unq = p.y_unquantized or p.y         # fp8: the type y is rounded to before its scale
-    y_carry = (y_unq.name, product) == ("bf16", "f32")
-    padded = p.padded_scale_shape
-    full_scale = all(st != 0 for st in p.scale_strides) and padded == p.norm_shape
-    literal = facts.LITERAL[stash]
-    return dict(
-        fn=function_name(p), words_fn=words_function_name(p), guard=p.name.upper(), params=params,
-        flags=cbuild.PINNED_FLAGS,
-        x=_name(params, "in", p.x_name), scale=_name(params, "in", p.scale_name),
-        y=_name(params, "out", p.out),
-        residual=_name(params, "in", p.residual) if p.residual else "",
-        h=_name(params, "out", p.sum_output) if p.residual else "",
-        storage=p.residual_add == "storage", before_scale=before,
-        xt=facts.element(p.x), scalet=facts.element(p.scale), yt=facts.element(p.y),
-        stash_t=facts.ARITH[stash], product_t=facts.ARITH[product],
-        load_x=facts.load(p.x.name, stash), store_norm=facts.store(stash, p.x.name),
-        load_norm=facts.load(p.x.name, product), load_scale=facts.load(p.scale.name, product),
-        store_y=facts.store(product, y_unq.name), store_h=facts.store(stash, p.x.name),
-        to_product=facts.store(stash, product),
-        weight_offset=facts.LITERAL[product](p.weight_offset) if p.weight_offset else "",
-        epsilon=literal(p.epsilon_stash), n_literal=literal(float(p.norm_size)),
-        rows=[_size(a.size, params) for a in p.ir.x.axes[:p.axis]],
-        lanes=lanes, block=_rms_block(lanes, p.norm_size), fold_widths=_halvings(4 * lanes), fold_vec=_halvings(4 * lanes)[:-1], fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
-        sqrt_fn=facts.SQRT[stash], symbol_params=[q for q in params if q.kind == "dim"],
-        threads=params[-1].c_name, full_scale=full_scale,
-        chunk_rows=max(1, CHUNK_BYTES // max(1, p.norm_size * p.x.itemsize)),
-        stream_min_rows=_stream_min(p.y, p.norm_size * p.y.itemsize),
-        scale_dims=list(zip(p.norm_shape, p.scale_strides)),
-        fp8=bool(p.quant_scale), qscale=_name(params, "in", p.quant_scale) if p.quant_scale else "",
-        load_unq=facts.load(y_unq.name, "f32") if p.quant_scale else "",
-        store_q=facts.store("f32", p.y.name) if p.quant_scale else "",
-        **_rms_vectors(p, stash, product, norm_carry),
-    )
 
 
 # operator kind -> its render context
