@@ -160,3 +160,23 @@ def test_the_loop_tree_gives_the_vector_trees_bits(name, monkeypatch):
     for isa in ISAS:
         monkeypatch.setenv("ROPEGEN_ISA", isa)
         assert np.array_equal(_rms_bits(op, (), arrays), _rms_bits(op, ("-DROPEGEN_LOOP_TREE",), arrays)), (name, isa)
+
+
+def test_the_vector_loop_fetches_the_next_row_line_by_line():
+    """A vector variant asks for the next row's line(s) into the L2 at each step of its loop (spread
+    over the row's compute: RMSNorm [4096, 4096] from memory f32 7.1 -> 6.7 ms, bf16 5.3-5.9 -> 4.4-4.8
+    ms); the baseline, which has no vector loop, keeps asking for the next row's piece at once."""
+    for op in VEC:
+        src = op.sources["c"][f"{op.name}.c"]
+        base = src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
+        assert "rg_prefetch(xr + RG_N + i0" in base and "rg_prefetch_l2" not in base, op.name
+        for isa in ("avx2", "avx512"):
+            body = src[src.index(f"void rg_run_{isa}("):]
+            body = body[:body.index("\n}\n")]
+            assert "rg_prefetch(xr + RG_N + i0" not in body, (op.name, isa)
+            loop = body[body.index("for (; i + "):]
+            step = int(loop[loop.index("<= n; i += ") + 11:].split(")")[0])
+            assert loop.index(f"if (xn) rg_prefetch_l2(xn + i0 + i, {step} * sizeof xn[0]);") < loop.index("}"), (op.name, isa)
+    dispatch = VEC[0].sources["c"][f"{VEC[0].name}.c"]
+    fn = dispatch[dispatch.index("static inline void rg_prefetch_l2("):]
+    assert "__builtin_prefetch((const char *)p + b, 0, 1)" in fn[:fn.index("\n}\n")]
