@@ -32,7 +32,7 @@ rmsnorm vec_f32_300 { in x: f32[N, 300]  in scale: f32[300]  out y  epsilon = 1e
 ALL = [op for src in [*sorted((ROOT / "examples").glob("*.rope")), EXTRA]
        for op in ropegen.compile(src) if op.kind == "rmsnorm"]
 VEC = [op for op in ALL if rms_context(op.plan)["rms_vec"]]
-ISAS = ("base", "avx2", "")        # "": the best this CPU runs (AVX-512 where it has it)
+ISAS = ("base", "avx2", "avx512", "")    # "": the best this CPU runs (AVX512-BF16 where it has it)
 
 
 def test_which_plans_take_the_vector_row_loop():

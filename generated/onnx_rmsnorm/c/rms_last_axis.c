@@ -226,16 +226,18 @@ static inline void rg_prefetch_l2(const void *p, size_t n)
 #include <stdlib.h>
 #include <string.h>
 
-/* 0: baseline, 1: AVX2, 2: AVX-512 -- the best this CPU runs, or less when the environment variable
- * ROPEGEN_ISA is "base" or "avx2" (for tests: every variant gives bit-identical results). */
+/* 0: baseline, 1: AVX2, 2: AVX-512, 3: AVX-512 with AVX512-BF16 (where the kernel has that variant) --
+ * the best this CPU runs, or less when the environment variable ROPEGEN_ISA is "base", "avx2" or
+ * "avx512" (for tests: every variant gives bit-identical results). */
 #if RG_DISPATCH
 static int rg_isa(void)
 {
     __builtin_cpu_init();
-    const int best = RG_HAS_AVX512() ? 2 : (__builtin_cpu_supports("avx2") ? 1 : 0);
+    int best = RG_HAS_AVX512() ? 2 : (__builtin_cpu_supports("avx2") ? 1 : 0);
     const char *want = getenv("ROPEGEN_ISA");
     if (want && strcmp(want, "base") == 0) return 0;
     if (want && strcmp(want, "avx2") == 0 && best >= 1) return 1;
+    if (want && strcmp(want, "avx512") == 0 && best >= 2) return 2;
     return best;
 }
 #endif

@@ -40,16 +40,19 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     t = p.x.name
     if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
             or t not in ("f32", "bf16")):
-        return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={})
+        return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False)
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
                     set1={8: "_mm256_set1_ps", 16: "_mm512_set1_ps"}[width],
                     ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}", stp=f"rg_vstp_{t}_{isa}",
-                    grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}")
+                    grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}", step="")
     forms = {"rg_run_avx2": form("avx2", 8), "rg_run_avx512": form("avx512", 16)}
+    if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
+        forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
     return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
-                rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x))
+                rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
+                bf16_isa=t == "bf16")
 
 
 def rms_context(p: RmsNormPlan) -> dict[str, Any]:

@@ -1,0 +1,185 @@
+"""RMSNorm's AVX512-BF16 variant (rg_run_avx512bf16, rmsnorm.c.j2): which kernels have it, that the
+instruction it rests on rounds as the carry form does and marks every input it cannot round so, and
+that the variant gives the other variants' bits on rows that leave its fast step: zeros, subnormal
+normalized values, scales whose products underflow or overflow."""
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ropegen
+from ropegen.backends.c import build as cbuild
+from ropegen.backends.c.backend import CBackend
+from ropegen.backends.c.rms_context import rms_context
+from tests.test_c_rms_vectors import _same
+
+BACKEND = CBackend()
+ROOT = Path(__file__).resolve().parents[1]
+X86 = platform.machine() in ("x86_64", "AMD64")
+pytestmark = [
+    pytest.mark.skipif(BACKEND.unavailable() is not None, reason=str(BACKEND.unavailable())),
+    pytest.mark.skipif(not X86, reason="AVX512-BF16 is an x86 extension"),
+]
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags and " avx512bw" in flags
+
+
+NEEDS_BF16 = pytest.mark.skipif(not _cpu_has_bf16(), reason="this CPU has no AVX512-BF16: the variant cannot run here")
+
+SPEC = """
+rmsnorm b4096 { in x: bf16[N, 4096]  in scale: bf16[4096]  out y }
+rmsnorm b300 { in x: bf16[N, 300]  in scale: bf16[300]  out y }
+rmsnorm gemma_like { in x: bf16[N, 256]  in scale: bf16[256]  out y  weight_offset = 1.0  cast = after_scale }
+rmsnorm f4096 { in x: f32[N, 4096]  in scale: f32[4096]  out y }
+"""
+OPS = {op.name: op for op in ropegen.compile(SPEC)}
+
+
+def test_only_bf16_rows_have_the_variant():
+    for name, has in (("b4096", True), ("b300", True), ("gemma_like", True), ("f4096", False)):
+        ctx = rms_context(OPS[name].plan)
+        assert ctx["bf16_isa"] is has, name
+        src = OPS[name].sources["c"][f"{name}.c"]
+        assert ("rg_run_avx512bf16" in src) is has, name
+        assert ("case 3: return rg_run_avx512bf16;" in src) is has, name
+    # the rounding before the scale is printed only where the plan rounds there (cast before the scale)
+    assert OPS["b4096"].sources["c"]["b4096.c"].count("_mm512_cvtne2ps_pbh(") == 2
+    assert OPS["gemma_like"].sources["c"]["gemma_like.c"].count("_mm512_cvtne2ps_pbh(") == 1
+
+
+_EXHAUSTIVE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+/* every STEP-th float bit pattern (all exponents, spread mantissas): vcvtne2ps2bf16 against the carry
+ * form (round to nearest even at bit 16) for finite normal inputs; for zero and subnormal inputs, a word
+ * with a zero exponent (what rg_vrms_bf16 tests for) */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+int main(void)
+{
+    unsigned long bad = 0, marked = 0, tiny = 0;
+    for (uint64_t b = 0; b < (1ull << 32); b += 32 * STEP) {
+        uint32_t u[32];
+        for (int k = 0; k < 32; ++k) u[k] = (uint32_t)(b + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
+        __m512i a = _mm512_loadu_si512(u), c = _mm512_loadu_si512(u + 16);
+        __m512i q = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(c), _mm512_castsi512_ps(a));
+        uint16_t o[32];
+        _mm512_storeu_si512(o, q);
+        for (int k = 0; k < 32; ++k) {
+            const uint32_t x = u[k], e = (x >> 23) & 0xff;
+            const uint16_t want = (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+            if (e == 0xff) continue;
+            if (e == 0) { ++tiny; marked += (o[k] & 0x7f80) == 0 || o[k] == want; continue; }
+            bad += o[k] != want;
+        }
+    }
+    printf("%lu %lu %lu\n", bad, marked, tiny);
+    return 0;
+}
+"""
+
+
+@NEEDS_BF16
+def test_the_instruction_rounds_as_the_carry_form(tmp_path):
+    cc = cbuild.compiler()
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"no C compiler {cc[0]}")
+    (tmp_path / "e.c").write_text(_EXHAUSTIVE)
+    exe = tmp_path / "e"
+    r = subprocess.run([*cc, "-O2", "-DSTEP=61", str(tmp_path / "e.c"), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    bad, marked, tiny = map(int, subprocess.run([str(exe)], capture_output=True, text=True,
+                                                check=True).stdout.split())
+    assert tiny > 0 and bad == 0 and marked == tiny
+
+
+def _hard_rows(n: int, rng) -> np.ndarray:
+    """Rows on the fast path that the variant's step cannot all take: ordinary values with exact zeros
+    (signed), values so small beside the row's others that the normalized value is subnormal or
+    underflows, bf16 subnormals, and a whole row of zeros."""
+    x = rng.standard_normal((40, n)).astype(np.float32)
+    x[1, ::7] = 0.0
+    x[2, ::5] = -0.0
+    x[3, ::3] = 1e-38                   # normalized ~1e-38 * inv_rms: subnormal
+    x[4, 1::4] = 3e-39                  # a bf16 subnormal
+    x[5, ::2] = 1e-44                   # underflows to zero when normalized
+    x[6, :] = 0.0                       # inv_rms = 1 / sqrt(eps): y all zero
+    x[7, :] = 1e30                      # large but finite squares' sum: still the fast path
+    x[8, ::11] = -2.5e-38
+    return x
+
+
+def _scales(n: int, rng) -> list[np.ndarray]:
+    """An ordinary scale, one whose products underflow (tiny and subnormal elements, zeros of both
+    signs) and one whose products overflow to infinity."""
+    ordinary = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    tiny = ordinary.copy()
+    tiny[::3] = 1e-38
+    tiny[1::5] = 4e-40
+    tiny[2::7] = 0.0
+    tiny[3::7] = -0.0
+    huge = ordinary.copy()
+    huge[::4] = 3.3e38
+    huge[1::6] = -3.0e38
+    return [ordinary, tiny, huge]
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+    return a.astype(ml_dtypes.bfloat16)
+
+
+@NEEDS_BF16
+@pytest.mark.parametrize("name", ["b4096", "b300", "gemma_like"])
+def test_the_variant_gives_every_variants_bits_on_hard_rows(name, monkeypatch):
+    pytest.importorskip("ml_dtypes")
+    op = OPS[name]
+    n = op.plan.norm_size
+    rng = np.random.default_rng(11)
+    x = _bf16(_hard_rows(n, rng))
+    for s_i, scale in enumerate(_scales(n, rng)):
+        scale = _bf16(scale)
+        monkeypatch.setenv("ROPEGEN_ISA", "base")
+        monkeypatch.setenv("ROPEGEN_STREAM", "0")
+        want = np.array(op.run_all(x, scale, backend="c")[0], copy=True)
+        for isa in ("avx512", ""):
+            monkeypatch.setenv("ROPEGEN_ISA", isa)
+            for stream in ("0", "1"):
+                monkeypatch.setenv("ROPEGEN_STREAM", stream)
+                got = np.asarray(op.run_all(x, scale, backend="c", threads=2)[0])
+                assert _same(want, got), (name, s_i, isa, stream)
+        # the rows above do leave the fast step somewhere and take it elsewhere: y has zero words
+        # (the step's mark) and ordinary ones
+        bits = want.view(np.uint16) & 0x7F80
+        assert (bits == 0).any() and (bits != 0).any(), (name, s_i)
+
+
+@NEEDS_BF16
+def test_the_best_variant_here_is_the_bf16_one():
+    """On a CPU with AVX512-BF16 the default pick is the fourth variant, so that the tests above that
+    run the default compare it (and ROPEGEN_ISA=avx512 the one below it)."""
+    op = OPS["b4096"]
+    src = op.sources["c"]
+    lib = cbuild.build(src, op.name)
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm to list the library's functions")
+    names = subprocess.run([nm, str(lib)], capture_output=True, text=True, check=True).stdout
+    assert "rg_run_avx512bf16" in names and "rg_run_avx512" in names
+    text = src["b4096.c"]
+    pick = text[text.index("static rg_run_fn rg_pick(void)"):]
+    assert pick.index("case 3: return rg_run_avx512bf16;") < pick.index("case 2: return rg_run_avx512;")
+    isa = text[text.index("static int rg_isa(void)"):]
+    assert 'if (best == 2 && __builtin_cpu_supports("avx512bf16")) best = 3;' in isa
