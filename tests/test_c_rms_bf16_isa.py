@@ -35,6 +35,13 @@ def _cpu_has_bf16() -> bool:
     return " avx512_bf16" in flags and " avx512bw" in flags
 
 
+def _cpu_has_avx512bw() -> bool:
+    try:
+        return " avx512bw" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 NEEDS_BF16 = pytest.mark.skipif(not _cpu_has_bf16(), reason="this CPU has no AVX512-BF16: the variant cannot run here")
 
 SPEC = """
@@ -183,3 +190,62 @@ def test_the_best_variant_here_is_the_bf16_one():
     assert pick.index("case 3: return rg_run_avx512bf16;") < pick.index("case 2: return rg_run_avx512;")
     isa = text[text.index("static int rg_isa(void)"):]
     assert 'if (best == 2 && __builtin_cpu_supports("avx512bf16")) best = 3;' in isa
+
+
+def test_the_avx512_variants_sum_bf16_rows_in_registers():
+    """Both AVX-512 variants of a bf16 row sum its blocks by rg_vsum_squares_bf16 (a word permutation
+    widens each vector: 12 vector instructions for 64 elements, where GCC makes 18 of the portable
+    loops); the others keep the portable loops; the tests above compare their bits."""
+    for name, vec in (("b4096", True), ("b300", True), ("f4096", False)):
+        src = OPS[name].sources["c"][f"{name}.c"]
+        for variant in ("rg_run_base", "rg_run_avx2", "rg_run_avx512", "rg_run_avx512bf16"):
+            if f"void {variant}(" not in src:
+                assert not vec and variant == "rg_run_avx512bf16", name
+                continue
+            body = src[src.index(f"void {variant}("):]
+            body = body[:body.index("\n}\n")]
+            fast = vec and variant in ("rg_run_avx512", "rg_run_avx512bf16")
+            assert ("= rg_vsum_squares_bf16(xr) / " in body) is fast, (name, variant)
+            assert ("= rg_sum_squares(xr) / " in body) is not fast, (name, variant)
+
+
+_SUM_HARNESS = r"""
+#include "NAME.c"
+#include <stdio.h>
+/* rg_vsum_squares_bf16 against the portable rg_sum_squares, bit for bit, on rows whose partial sums
+ * differ by many orders of magnitude (so that any other order of additions rounds differently) */
+int main(void)
+{
+    static uint16_t x[RG_N];
+    uint32_t s = 12345u;
+    int differ = 0;
+    for (int row = 0; row < 2000; ++row) {
+        for (int i = 0; i < RG_N; ++i) {
+            s = s * 1664525u + 1013904223u;
+            const int e = 127 + (int)((s >> 8) % 40u) - 20 + (i % 64 < 16 ? 12 : 0);
+            x[i] = (uint16_t)(((s >> 31) << 15) | ((uint32_t)e << 7) | ((s >> 12) & 0x7fu));
+        }
+        const float a = rg_sum_squares(x), b = rg_vsum_squares_bf16(x);
+        differ += memcmp(&a, &b, sizeof a) != 0;
+    }
+    printf("%d\n", differ);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not _cpu_has_avx512bw(), reason="this CPU has no AVX-512 BW: the register sum cannot run here")
+@pytest.mark.parametrize("name", ["b4096", "b300"])
+def test_the_register_sum_adds_in_the_portable_order(name, tmp_path):
+    """The bf16 row's sum in registers gives the portable loops' float bit for bit (its y alone could
+    hide a different order: a last-bit change of the mean square rarely moves a bf16 result)."""
+    cc = cbuild.compiler()
+    src = OPS[name].sources["c"]
+    for fname, text in src.items():
+        (tmp_path / fname).write_text(text)
+    (tmp_path / "t.c").write_text(_SUM_HARNESS.replace("NAME", name))
+    exe = tmp_path / "t"
+    r = subprocess.run([*cc, *cbuild.PINNED_FLAGS, "-I", str(tmp_path), str(tmp_path / "t.c"), "-o", str(exe), "-lm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split() == ["0"]

@@ -119,7 +119,7 @@ def test_the_row_sum_tree_stays_in_registers_under_gnu_c():
     above compare every variant); other compilers keep the loops over the array."""
     for op in ALL:
         src = next(v for k, v in op.sources["c"].items() if k.endswith(".c"))
-        body = src[src.index("rg_sum_squares("):]
+        body = src[src.index("rg_sum_rest("):]
         body = body[:body.index("\n}\n")]
         gnu, other = body.split("#if defined(__GNUC__) && !defined(ROPEGEN_LOOP_TREE)")[1].split("#else")
         widths = rms_context(op.plan)["fold_widths"]

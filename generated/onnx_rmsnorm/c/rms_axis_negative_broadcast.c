@@ -411,28 +411,10 @@ static inline void rg_stream_fence(void) {}
 typedef float rg_stash;    /* stage one: f32 */
 typedef float rg_prod;     /* scale multiply */
 
-/* sum of squares of one row in the stash type: RG_SUMS partial sums (four accumulators of RG_LANES
- * lanes, so that four vector additions are in flight), blocked, then a pairwise tree over the sums.
- * The order is fixed by the code, not by the instruction set: every variant gives the same bits. */
-static inline rg_stash rg_sum_squares(const float *x)
+/* the end of a row's sum of squares: the elements after its whole blocks, then the tree over the
+ * RG_SUMS partial sums `total` */
+static inline rg_stash rg_sum_rest(const float *x, rg_stash *total)
 {
-    rg_stash total[RG_SUMS] = {0};
-    for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
-        const float *xb = x + b * RG_BLOCK;
-        rg_stash a0[RG_LANES] = {0}, a1[RG_LANES] = {0}, a2[RG_LANES] = {0}, a3[RG_LANES] = {0};
-        for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
-            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + l]); a0[l] += v * v; }
-            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + RG_LANES + l]); a1[l] += v * v; }
-            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + 2 * RG_LANES + l]); a2[l] += v * v; }
-            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + 3 * RG_LANES + l]); a3[l] += v * v; }
-        }
-        for (int l = 0; l < RG_LANES; ++l) {
-            total[l] += a0[l];
-            total[RG_LANES + l] += a1[l];
-            total[2 * RG_LANES + l] += a2[l];
-            total[3 * RG_LANES + l] += a3[l];
-        }
-    }
     for (int64_t i = (RG_N / RG_BLOCK) * RG_BLOCK; i < RG_N; ++i) {
         const rg_stash v = rg_load_f32_f32(x[i]);
         total[i % RG_SUMS] += v * v;
@@ -479,6 +461,30 @@ static inline rg_stash rg_sum_squares(const float *x)
     for (int l = 0; l < 1; ++l) total[l] += total[l + 1];
     return total[0];
 #endif
+}
+/* sum of squares of one row in the stash type: RG_SUMS partial sums (four accumulators of RG_LANES
+ * lanes, so that four vector additions are in flight), blocked, then a pairwise tree over the sums.
+ * The order is fixed by the code, not by the instruction set: every variant gives the same bits. */
+static inline rg_stash rg_sum_squares(const float *x)
+{
+    rg_stash total[RG_SUMS] = {0};
+    for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
+        const float *xb = x + b * RG_BLOCK;
+        rg_stash a0[RG_LANES] = {0}, a1[RG_LANES] = {0}, a2[RG_LANES] = {0}, a3[RG_LANES] = {0};
+        for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + l]); a0[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + RG_LANES + l]); a1[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + 2 * RG_LANES + l]); a2[l] += v * v; }
+            for (int l = 0; l < RG_LANES; ++l) { const rg_stash v = rg_load_f32_f32(xb[k + 3 * RG_LANES + l]); a3[l] += v * v; }
+        }
+        for (int l = 0; l < RG_LANES; ++l) {
+            total[l] += a0[l];
+            total[RG_LANES + l] += a1[l];
+            total[2 * RG_LANES + l] += a2[l];
+            total[3 * RG_LANES + l] += a3[l];
+        }
+    }
+    return rg_sum_rest(x, total);
 }
 
 #if RG_DISPATCH

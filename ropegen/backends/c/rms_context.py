@@ -30,6 +30,10 @@ def _rms_block(lanes: int, n: int) -> int:
     return min(lanes * 64, max(sums, n // sums * sums))
 
 
+# the row loop's variants (templates/c/_host.inc.j2)
+VARIANTS = ("rg_run_base", "rg_run_avx2", "rg_run_avx512", "rg_run_avx512bf16")
+
+
 def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> dict[str, Any]:
     """The vector row loop of the AVX2 / AVX-512 variants (rmsnorm.c.j2): x loaded (and converted) into
     vector registers, normalized, scaled, and y stored (converted, non-temporal when streaming) straight to
@@ -40,7 +44,8 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     t = p.x.name
     if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
             or t not in ("f32", "bf16")):
-        return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False)
+        return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False, vsum=False,
+                    rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"))
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
@@ -48,11 +53,14 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
                     ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}", stp=f"rg_vstp_{t}_{isa}",
                     grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}", step="")
     forms = {"rg_run_avx2": form("avx2", 8), "rg_run_avx512": form("avx512", 16)}
+    sums = dict.fromkeys(VARIANTS, "rg_sum_squares")
     if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
         forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
+        # both AVX-512 variants sum a row's blocks in registers (rg_vsum_squares_bf16)
+        sums.update(rg_run_avx512="rg_vsum_squares_bf16", rg_run_avx512bf16="rg_vsum_squares_bf16")
     return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
                 rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
-                bf16_isa=t == "bf16")
+                bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums)
 
 
 def rms_context(p: RmsNormPlan) -> dict[str, Any]:
