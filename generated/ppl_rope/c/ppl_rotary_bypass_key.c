@@ -204,7 +204,8 @@ static inline void rg_prefetch_l2(const void *p, size_t n)
 
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
- * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time. Elsewhere,
+ * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
+ * with a use for AVX512-BF16 (RMSNorm's bf16 rows) has a fourth, AVX-512 with it. Elsewhere,
  * or when the whole file is built for AVX2 already (e.g. -march=native), only the baseline exists.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__AVX2__) \

@@ -40,7 +40,9 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     the output, two vectors at a time, instead of through the piece buffer and a streaming copy. f32 rows
     in every row path; bf16 rows in the fast one only, which has no NaN, so that the normalized value's
     rounding is the carry form on each lane. Each lane computes the scalar formula: the same bits.
-    rms_vec_fast / rms_vec_exact: variant -> its form, for the fast and the exact row loop."""
+    rms_vec_fast / rms_vec_exact: variant -> its form, for the fast and the exact row loop. bf16 rows also
+    get the AVX512-BF16 variant (`bf16_isa`; its step `rg_vrms_bf16`) and a row sum in AVX-512 registers
+    (`vsum`; rms_sum: variant -> the function summing its rows' squares)."""
     t = p.x.name
     if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
             or t not in ("f32", "bf16")):
