@@ -189,20 +189,6 @@ static inline void rg_prefetch(const void *p, size_t n)
 #endif
 }
 
-/* n bytes (a line or two) from p into the L2 cache: a vector row loop asks for the next row's line at
- * each step, so that the row's reads are spread over its compute rather than asked for in bursts
- * (RMSNorm [4096, 4096] from memory, one thread, in a C harness, before -> after: f32 7.1 -> 6.7 ms,
- * bf16 5.3-5.9 -> 4.4-4.8 ms). Into the L2 only: the line is read soon after it comes, and a prefetch
- * into the L1 holds one of the core's few fill buffers the whole way. */
-static inline void rg_prefetch_l2(const void *p, size_t n)
-{
-#if defined(__GNUC__)
-    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 1);
-#else
-    (void)p; (void)n;
-#endif
-}
-
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
@@ -239,6 +225,18 @@ static inline void rg_prefetch_l2(const void *p, size_t n)
 
 #include <stdlib.h>
 #include <string.h>
+
+#if RG_DISPATCH
+/* n bytes (a line or two) from p into the L2 cache: a vector row loop asks for the next row's line at
+ * each step, so that the row's reads are spread over its compute rather than asked for in bursts
+ * (RMSNorm [4096, 4096] from memory, one thread, in a C harness, before -> after: f32 7.1 -> 6.7 ms,
+ * bf16 5.3-5.9 -> 4.4-4.8 ms). Into the L2 only: the line is read soon after it comes, and a prefetch
+ * into the L1 holds one of the core's few fill buffers the whole way. Only the vector variants use it. */
+static inline void rg_prefetch_l2(const void *p, size_t n)
+{
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 1);
+}
+#endif
 
 /* 0: baseline, 1: AVX2, 2: AVX-512, 3: AVX-512 with AVX512-BF16 (where the kernel has that variant) --
  * the best this CPU runs, or less when the environment variable ROPEGEN_ISA is "base", "avx2" or
@@ -685,6 +683,7 @@ static inline RG_TARGET_AVX512 __m512 rg_vwiden_bf16(__m512i v, __m512i idx)
  * (RMSNorm [4096, 4096] bf16 from memory, one thread, C harness, median of 12: 3.99 -> 3.90 ms) */
 static inline RG_TARGET_AVX512 rg_stash rg_vsum_squares_bf16(const uint16_t *x)
 {
+    _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     const __m512i lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
                                         7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
@@ -831,6 +830,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
+                /* this path has no vector loop to fetch the next row line by line: its piece at once */
+                if (xn) rg_prefetch(xn + i0, (size_t)n * sizeof xn[0]);
                 int64_t i = 0;
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
@@ -875,6 +876,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
+                /* this path has no vector loop to fetch the next row line by line: its piece at once */
+                if (xn) rg_prefetch(xn + i0, (size_t)n * sizeof xn[0]);
                 int64_t i = 0;
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
@@ -917,6 +920,8 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
                     dst[i] = rg_rms_y_fast(rg_rms_norm_fast(normalized) * w[i0 + i]);
                 }
             } else {
+                /* this path has no vector loop to fetch the next row line by line: its piece at once */
+                if (xn) rg_prefetch(xn + i0, (size_t)n * sizeof xn[0]);
                 int64_t i = 0;
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;

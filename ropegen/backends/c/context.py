@@ -8,8 +8,8 @@ from typing import Any
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c import facts
 from ropegen.backends.c.abi import function_name, rope_abi, words_function_name
-from ropegen.backends.c.ctxbase import CHUNK_BYTES, _name, _scalar, _size, _stream_min
-from ropegen.backends.c.rms_context import rms_context  # noqa: F401  (CONTEXTS; importers of context)
+from ropegen.backends.c.ctxbase import CHUNK_BYTES, param_name, scalar_expr, size_expr, stream_min
+from ropegen.backends.c.rms_context import rms_context
 from ropegen.lower.abi import Param
 from ropegen.lower.strides import token_dims
 from ropegen.ops.plan import ExactAngles, GgmlAngles, RopePlan, TableAnglesPlan
@@ -24,7 +24,7 @@ _TOKEN_AXES = {"t": ("s",), "bs": ("b", "s")}
 
 
 def _token_strides(p: RopePlan, params: list[Param], tensor: str) -> dict[str, str]:
-    return {a: _name(params, "stride", tensor, a) for a in _TOKEN_AXES[p.token_layout]}
+    return {a: param_name(params, "stride", tensor, a) for a in _TOKEN_AXES[p.token_layout]}
 
 
 def _exact(p: RopePlan, a: ExactAngles, arith: str, params: list[Param]) -> dict[str, Any]:
@@ -41,11 +41,11 @@ def _ggml(p: RopePlan, a: GgmlAngles, arith: str, params: list[Param]) -> dict[s
 
 
 def _table(p: RopePlan, a: TableAnglesPlan, arith: str, params: list[Param]) -> dict[str, Any]:
-    return dict(cos=_name(params, "in", a.cos), sin=_name(params, "in", a.sin), table_t=facts.element(a.dtype),
+    return dict(cos=param_name(params, "in", a.cos), sin=param_name(params, "in", a.sin), table_t=facts.element(a.dtype),
                 load_table=facts.load(a.dtype.name, arith), table_width=a.width,
                 # elements per table row, and where sin starts in its row (a fused cos_sin cache: both)
                 table_stride=a.width + a.sin_column, sin_shift=f" + {a.sin_column}" if a.sin_column else "",
-                table_rows=None if a.per_token else _size(p.ir.tensor(a.cos).axes[0].size, params),
+                table_rows=None if a.per_token else size_expr(p.ir.tensor(a.cos).axes[0].size, params),
                 table_by_position=not a.per_token,
                 # rows picked by a positions input can lie anywhere in the table (decode, random
                 # positions): the next token's rows are fetched while this one is rotated
@@ -70,9 +70,9 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
     for s in p.streams:
         t = tensors[s.src]
         streams.append(dict(
-            out=_name(params, "out", s.out), src=_name(params, "in", s.src), rotate=s.rotate,
+            out=param_name(params, "out", s.out), src=param_name(params, "in", s.src), rotate=s.rotate,
             src_strides=_token_strides(p, params, s.src), out_strides=_token_strides(p, params, s.out),
-            src_head=_name(params, "stride", s.src, "h"), out_head=_name(params, "stride", s.out, "h"),
+            src_head=param_name(params, "stride", s.src, "h"), out_head=param_name(params, "stride", s.out, "h"),
             heads=t.real_heads, split=t.unit_split, name=s.out, source=s.src,
             norm=_norm_context(p, s, params, len(streams)), **_stream_scale(p, params, len(streams))))
 
@@ -85,27 +85,27 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         fn=function_name(p), words_fn=words_function_name(p), guard=p.name.upper(), params=params,
         flags=cbuild.PINNED_FLAGS,
         # B and S: packed tokens are one batch row
-        batch=1 if tokens.batch is None else _size(tokens.batch, params), seq=_size(tokens.seq, params),
+        batch=1 if tokens.batch is None else size_expr(tokens.batch, params), seq=size_expr(tokens.seq, params),
         st=facts.element(p.storage), arith=arith, ct=facts.ARITH[arith],
         load_x=facts.load(p.storage.name, arith), store_y=facts.store(arith, p.storage.name),
         rnd=facts.ROUND[arith], streams=streams,
         positions_kind=pos.kind.value, offset_arith=forms.position_of(pos).offset_arith, symbol_params=[q for q in params if q.kind == "dim"],
         pointer_params=[q for q in params if q.kind in ("in", "out", "freq")],
-        threads=_name(params, "threads"),
-        ids=_name(params, "in", pos.ids) if pos.ids else "",
-        start=_scalar(pos.start, params), pad=_name(params, "in", pos.pad) if pos.pad else "",
-        first_seqlen=_scalar(pos.first_seqlen, params),
-        seqlen=_name(params, "in", p.sequences) if p.sequences else "",
-        nseq=_size(p.ir.tensor(p.sequences).axes[0].size, params) if p.sequences else None,
+        threads=param_name(params, "threads"),
+        ids=param_name(params, "in", pos.ids) if pos.ids else "",
+        start=scalar_expr(pos.start, params), pad=param_name(params, "in", pos.pad) if pos.pad else "",
+        first_seqlen=scalar_expr(pos.first_seqlen, params),
+        seqlen=param_name(params, "in", p.sequences) if p.sequences else "",
+        nseq=size_expr(p.ir.tensor(p.sequences).axes[0].size, params) if p.sequences else None,
         indptr=p.ir.sequences_indptr,     # `sequences` holds offsets [N + 1], not lengths
-        offsets=_name(params, "in", pos.offsets) if pos.offsets else "",
-        noffsets=_size(p.ir.tensor(pos.offsets).axes[0].size, params) if pos.offsets else None,
+        offsets=param_name(params, "in", pos.offsets) if pos.offsets else "",
+        noffsets=size_expr(p.ir.tensor(pos.offsets).axes[0].size, params) if pos.offsets else None,
         sin_negate=p.sin_sign < 0,
         chunk_tokens=max(1, CHUNK_BYTES // max(1, per_token)),
-        stream_min_tokens=_stream_min(p.out_dtype or p.storage, per_token),
+        stream_min_tokens=stream_min(p.out_dtype or p.storage, per_token),
         angles_kind=kind,
-        freq=_name(params, "freq") if getattr(p.angles, "length_unit", None) else "",
-        ff=_name(params, "in", ff) if ff else "",
+        freq=param_name(params, "freq") if getattr(p.angles, "length_unit", None) else "",
+        ff=param_name(params, "in", ff) if ff else "",
         ff_t=facts.element(tensors[ff].dtype) if ff else "",
         load_ff=facts.load(tensors[ff].dtype.name, ff_arith) if ff else "",
     )
@@ -248,7 +248,7 @@ def _stream_scale(p: RopePlan, params: list[Param], k: int) -> dict[str, Any]:
         return {}
     name = p.quant_scales[k]
     per_head = p.ir.tensor(name).axes[0].size != 1
-    return dict(qscale=_name(params, "in", name), qscale_at="rg_h" if per_head else "0")
+    return dict(qscale=param_name(params, "in", name), qscale_at="rg_h" if per_head else "0")
 
 
 def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any] | None:
@@ -259,7 +259,7 @@ def _norm_context(p: RopePlan, s, params: list[Param], k: int) -> dict[str, Any]
     s_heads = next(t for t in p.inputs if t.name == s.src).real_heads
     st, stash, prod = p.storage.name, n.stash.name, n.product.name
     return dict(
-        fn=f"rg_head_norm{k}", src=s.src, weight=_name(params, "in", n.weight), weight_name=n.weight,
+        fn=f"rg_head_norm{k}", src=s.src, weight=param_name(params, "in", n.weight), weight_name=n.weight,
         wt=facts.element(n.weight_dtype), storage=st, stash_t=facts.ARITH[stash], prod_t=facts.ARITH[prod],
         load_stash=facts.load(st, stash), store_stash=facts.store(stash, st), load_prod=facts.load(st, prod),
         load_w=facts.load(n.weight_dtype.name, prod), store_prod=facts.store(prod, st), sqrt=facts.SQRT[stash],

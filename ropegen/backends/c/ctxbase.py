@@ -16,7 +16,7 @@ CHUNK_BYTES = 256 * 1024
 STREAM_BYTES = 32 * 1024 * 1024
 
 
-def _stream_min(out: DType, bytes_per_item: int) -> int:
+def stream_min(out: DType, bytes_per_item: int) -> int:
     """Tokens (rows) from which outputs are streamed; 0: never. Measured: streaming pays for 2-, 4- and
     8-byte elements since 16-bit outputs are stored non-temporally straight from their conversion
     (llama3 f16 q+k T=4096, 2 threads: 0.80 of the copy streamed, 0.69 not; RMSNorm bf16 0.71 and
@@ -26,16 +26,16 @@ def _stream_min(out: DType, bytes_per_item: int) -> int:
     return max(1, STREAM_BYTES // max(1, bytes_per_item))
 
 
-def _name(params: list[Param], *source) -> str:
+def param_name(params: list[Param], *source) -> str:
     """The C identifier of the parameter the host fills from `source` (see lower/abi.py)."""
     return find(params, *source).name
 
 
-def _size(v: ir.Size, params: list[Param]) -> int | str:
+def size_expr(v: ir.Size, params: list[Param]) -> int | str:
     """A size as templates/c prints it: an int literal, or the dim parameter of its symbol."""
-    return v if isinstance(v, int) else _name(params, "dim", v)
+    return v if isinstance(v, int) else param_name(params, "dim", v)
 
 
-def _scalar(v: int | str | None, params: list[Param]) -> int | str | None:
+def scalar_expr(v: int | str | None, params: list[Param]) -> int | str | None:
     """A position scalar: an int literal, or the parameter carrying a rank-0 input."""
-    return _name(params, "scalar", v) if isinstance(v, str) else v
+    return param_name(params, "scalar", v) if isinstance(v, str) else v

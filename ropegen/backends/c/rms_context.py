@@ -8,7 +8,7 @@ from typing import Any
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c import facts
 from ropegen.backends.c.abi import function_name, rms_abi, words_function_name
-from ropegen.backends.c.ctxbase import CHUNK_BYTES, _name, _size, _stream_min
+from ropegen.backends.c.ctxbase import CHUNK_BYTES, param_name, size_expr, stream_min
 from ropegen.ops.plan import RmsNormPlan
 
 
@@ -47,7 +47,7 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
             or t not in ("f32", "bf16")):
         return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False, vsum=False,
-                    rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"))
+                    rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"), prefetch_l2=False, exact_piece_prefetch=[])
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
@@ -62,7 +62,9 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
         sums.update(rg_run_avx512="rg_vsum_squares_bf16", rg_run_avx512bf16="rg_vsum_squares_bf16")
     return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
                 rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
-                bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums)
+                bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True,
+                # the vector variants whose exact row path has no vector loop (bf16's)
+                exact_piece_prefetch=[] if t == "f32" else list(forms))
 
 
 def rms_context(p: RmsNormPlan) -> dict[str, Any]:
@@ -82,10 +84,10 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
     return dict(
         fn=function_name(p), words_fn=words_function_name(p), guard=p.name.upper(), params=params,
         flags=cbuild.PINNED_FLAGS,
-        x=_name(params, "in", p.x_name), scale=_name(params, "in", p.scale_name),
-        y=_name(params, "out", p.out),
-        residual=_name(params, "in", p.residual) if p.residual else "",
-        h=_name(params, "out", p.sum_output) if p.residual else "",
+        x=param_name(params, "in", p.x_name), scale=param_name(params, "in", p.scale_name),
+        y=param_name(params, "out", p.out),
+        residual=param_name(params, "in", p.residual) if p.residual else "",
+        h=param_name(params, "out", p.sum_output) if p.residual else "",
         storage=p.residual_add == "storage", before_scale=before,
         xt=facts.element(p.x), scalet=facts.element(p.scale), yt=facts.element(p.y),
         stash_t=facts.ARITH[stash], product_t=facts.ARITH[product],
@@ -95,14 +97,14 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         to_product=facts.store(stash, product),
         weight_offset=facts.LITERAL[product](p.weight_offset) if p.weight_offset else "",
         epsilon=literal(p.epsilon_stash), n_literal=literal(float(p.norm_size)),
-        rows=[_size(a.size, params) for a in p.ir.x.axes[:p.axis]],
+        rows=[size_expr(a.size, params) for a in p.ir.x.axes[:p.axis]],
         lanes=lanes, block=_rms_block(lanes, p.norm_size), fold_widths=_halvings(4 * lanes), fold_vec=_halvings(4 * lanes)[:-1], fast=norm_carry or y_carry, norm_carry=norm_carry, y_carry=y_carry,
         sqrt_fn=facts.SQRT[stash], symbol_params=[q for q in params if q.kind == "dim"],
         threads=params[-1].c_name, full_scale=full_scale,
         chunk_rows=max(1, CHUNK_BYTES // max(1, p.norm_size * p.x.itemsize)),
-        stream_min_rows=_stream_min(p.y, p.norm_size * p.y.itemsize),
+        stream_min_rows=stream_min(p.y, p.norm_size * p.y.itemsize),
         scale_dims=list(zip(p.norm_shape, p.scale_strides)),
-        fp8=bool(p.quant_scale), qscale=_name(params, "in", p.quant_scale) if p.quant_scale else "",
+        fp8=bool(p.quant_scale), qscale=param_name(params, "in", p.quant_scale) if p.quant_scale else "",
         load_unq=facts.load(y_unq.name, "f32") if p.quant_scale else "",
         store_q=facts.store("f32", p.y.name) if p.quant_scale else "",
         **_rms_vectors(p, stash, product, norm_carry),
