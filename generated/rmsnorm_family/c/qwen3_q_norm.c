@@ -670,31 +670,37 @@ static inline rg_stash rg_sum_squares(const uint16_t *x)
     return rg_sum_rest(x, total);
 }
 #if RG_DISPATCH
-/* bf16 x widened into float lanes by one word permutation: element j of the 16 (of the 32 at idx lo,
- * 16 + j at hi) into the upper half of lane j, zeros below (exact); one instruction where a zero
- * extension and a shift are two */
-static inline RG_TARGET_AVX512 __m512 rg_vwiden_bf16(__m512i v, __m512i idx)
+/* bf16 x widened into float lanes by one word permutation: element j (lo) or 16 + j (hi) of the 32
+ * in v into the upper half of lane j, zeros below (exact); one instruction where a zero extension and
+ * a shift are two */
+static inline RG_TARGET_AVX512 __m512 rg_vwiden_lo_bf16(__m512i v)
 {
-    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, v));
+    const __m512i lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
+                                        7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, lo, v));
+}
+static inline RG_TARGET_AVX512 __m512 rg_vwiden_hi_bf16(__m512i v)
+{
+    const __m512i hi = _mm512_set_epi16(31, 31, 30, 30, 29, 29, 28, 28, 27, 27, 26, 26, 25, 25, 24, 24,
+                                        23, 23, 22, 22, 21, 21, 20, 20, 19, 19, 18, 18, 17, 17, 16, 16);
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, hi, v));
 }
 /* rg_sum_squares with a bf16 row's blocks summed in AVX-512 registers, each vector of 16 widened by
- * rg_vwiden_bf16: the same sums in the same order (accumulator j, lane l: element k + 16 j + l), so
+ * rg_vwiden_lo_bf16: the same sums in the same order (accumulator j, lane l: element k + 16 j + l), so
  * the same bits, in 12 vector instructions for 64 elements where GCC makes 18 of the loops above
  * (RMSNorm [4096, 4096] bf16 from memory, one thread, C harness, median of 12: 3.99 -> 3.90 ms) */
 static inline RG_TARGET_AVX512 rg_stash rg_vsum_squares_bf16(const uint16_t *x)
 {
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
-    const __m512i lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
-                                        7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const uint16_t *xb = x + b * RG_BLOCK;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
-            const __m512 v0 = rg_vwiden_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k))), lo);
-            const __m512 v1 = rg_vwiden_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 16))), lo);
-            const __m512 v2 = rg_vwiden_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 32))), lo);
-            const __m512 v3 = rg_vwiden_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 48))), lo);
+            const __m512 v0 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k))));
+            const __m512 v1 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 16))));
+            const __m512 v2 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 32))));
+            const __m512 v3 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 48))));
             a0 += v0 * v0;
             a1 += v1 * v1;
             a2 += v2 * v2;
@@ -732,7 +738,7 @@ static inline RG_TARGET_AVX512 __m512 rg_vsame_avx512(__m512 v) { return v; }
 
 #if RG_DISPATCH_BF16
 /* The AVX512-BF16 variant's step of 32 elements of a bf16 row on the fast path: x widened into float
- * lanes (rg_vwiden_bf16), normalized, rounded to bf16 by vcvtne2ps2bf16 (nearest even, as the carry
+ * lanes (rg_vwiden_lo_bf16 / _hi), normalized, rounded to bf16 by vcvtne2ps2bf16 (nearest even, as the carry
  * form rounds) and widened again, scaled, and rounded to bf16 by vcvtne2ps2bf16,
  * which packs the 32 results in order. The carry form's roundings and packing take about twice the
  * vector instructions (RMSNorm rows of 4096, in cache, one thread: 960 -> 733 ns a row). The
@@ -742,16 +748,11 @@ static inline RG_TARGET_AVX512 __m512 rg_vsame_avx512(__m512 v) { return v; }
  * NaN and no infinite scale (see above). */
 static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t *x, const float *w, __m512 inv, int nt)
 {
-    /* word 2j + 1 of lo (hi) is element j (16 + j) of the 32: the upper half of lane j */
-    const __m512i lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
-                                        7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i hi = _mm512_set_epi16(31, 31, 30, 30, 29, 29, 28, 28, 27, 27, 26, 26, 25, 25, 24, 24,
-                                        23, 23, 22, 22, 21, 21, 20, 20, 19, 19, 18, 18, 17, 17, 16, 16);
     const __m512i xv = _mm512_loadu_si512((const void *)x);
-    const __m512 na = rg_vwiden_bf16(xv, lo) * inv, nb = rg_vwiden_bf16(xv, hi) * inv;
+    const __m512 na = rg_vwiden_lo_bf16(xv) * inv, nb = rg_vwiden_hi_bf16(xv) * inv;
     const __m512 wa = _mm512_loadu_ps(w), wb = _mm512_loadu_ps(w + 16);
     const __m512i g = (__m512i)_mm512_cvtne2ps_pbh(nb, na);
-    const __m512i q = (__m512i)_mm512_cvtne2ps_pbh(rg_vwiden_bf16(g, hi) * wb, rg_vwiden_bf16(g, lo) * wa);
+    const __m512i q = (__m512i)_mm512_cvtne2ps_pbh(rg_vwiden_hi_bf16(g) * wb, rg_vwiden_lo_bf16(g) * wa);
     if (_mm512_testn_epi16_mask(q, _mm512_set1_epi16(0x7f80))) {
         rg_vstp_bf16_avx512(d, d + 16, rg_vgrid_bf16_avx512(na) * wa, rg_vgrid_bf16_avx512(nb) * wb, nt);
         return;
