@@ -404,6 +404,44 @@ def test_failed_wheel_build_is_reported_and_the_fallback_keeps_the_numerics(monk
             cuda_backend._Module.get('extern "C" __global__ void k(int x) {}', "a.cu")
 
 
+@pytest.mark.parametrize("spec", sorted(p.name for p in (ROOT / "examples").glob("*.rope")))
+def test_the_first_kernel_is_found_behind_its_launch_bounds(spec):
+    """_build loads the wheel's cubin by the first kernel's name; it read `__launch_bounds__` as the
+    name, so every module fell back to CuPy's compile (seen on an H200)."""
+    for op in ropegen.compile(ROOT / "examples" / spec):
+        source = op.sources["cuda"][f"{op.name}.cu"]
+        names = [k.name for k in cuda_backend.CudaBackend().config(op.plan).kernels]
+        assert cuda_backend._first_kernel(source) == names[0], (op.name, names)
+
+
+def test_the_wheels_cubin_is_loaded_without_the_fallback(monkeypatch):
+    """The module is the wheel's cubin, looked up by a symbol that the cubin defines (no warning)."""
+    why = nvrtc.available()
+    if why:
+        pytest.skip(f"NVRTC unavailable: {why}")
+    loaded = []
+
+    class RawModule:
+        def __init__(self, path=None, **kw):
+            assert path is not None, f"CuPy's compile was used: {kw}"
+            self.binary = Path(path).read_bytes()
+
+        def get_function(self, name):
+            if b"\0" + name.encode() + b"\0" not in self.binary:
+                raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name}")
+            loaded.append(name)
+
+    _module_stand_in(monkeypatch)
+    sys.modules["cupy"].RawModule = RawModule
+    monkeypatch.setattr(cuda_backend._Module, "_dir", None)
+    for spec, name in (("llama3.rope", "llama3_8b"), ("onnx_rmsnorm.rope", "rms_last_axis")):
+        op = ropegen.compile(ROOT / "examples" / spec)[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cuda_backend._Module.get(op.sources["cuda"][f"{op.name}.cu"], f"{op.name}.cu")
+    assert len(loaded) == 2, loaded
+
+
 # ---------------------------------------------------------------------------------------------
 # on a GPU
 

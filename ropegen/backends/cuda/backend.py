@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -170,5 +171,12 @@ def _compiler(cupy) -> str:
     return "cupy-nvrtc-%d.%d" % tuple(cupy.cuda.nvrtc.getVersion())
 
 
+_KERNEL = re.compile(r'extern "C" __global__ void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
+
+
 def _first_kernel(source: str) -> str:
-    return source.split('extern "C" __global__ void', 1)[1].split("(", 1)[0].split()[-1]
+    """The name of the first kernel the .cu defines (its declaration may carry __launch_bounds__)."""
+    m = _KERNEL.search(source)
+    if m is None:
+        raise ValueError("the CUDA source defines no extern \"C\" __global__ kernel")
+    return m.group(1)
