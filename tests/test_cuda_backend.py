@@ -656,6 +656,14 @@ def test_host_run_flags_bad_positions_and_sequences():
 # ---------------------------------------------------------------------------------------------
 # the whole CUDA wrapper on the host: a stand-in for CuPy whose kernels are the host-built .cu
 
+# The stand-in's device number, one that no GPU has: an operator run both on the stand-in and on a GPU in
+# one process (test_layouts runs one on each) keeps the two apart in what the wrapper caches per device
+# (kernel functions, error words). With 0, on an H200, a GPU run after a stand-in run of the same operator
+# called the host-built kernel with device pointers (test_layouts' workers died of segfaults), and a
+# stand-in run after a GPU run could launch the GPU kernel on host pointers.
+FAKE_DEVICE = 4099
+
+
 def _fake_cupy(monkeypatch, launch=True):
     """A `cupy` module over NumPy memory: enough of CuPy's API for the wrapper, with RawModule
     functions that play the grid through the host-built source (launch=False: do nothing). It
@@ -672,7 +680,7 @@ def _fake_cupy(monkeypatch, launch=True):
             self.ptr = a.ctypes.data
 
     class Dev:
-        id = 0
+        id = FAKE_DEVICE
         compute_capability = "90"
 
         def __init__(self, *a):
@@ -780,7 +788,7 @@ def _fake_cupy(monkeypatch, launch=True):
     cp.Stream = Stream
     cp.cuda = types.SimpleNamespace(get_current_stream=lambda: current[-1], Device=Dev, Stream=Stream,
                                     ExternalStream=Stream, runtime=types.SimpleNamespace(
-                                        getDeviceCount=lambda: 1, getDevice=lambda: 0,
+                                        getDeviceCount=lambda: 1, getDevice=lambda: FAKE_DEVICE,
                                         deviceSynchronize=lambda: events.append(("sync", None))))
     cp.cuda.Stream.null = null
     cp.asarray = asarray

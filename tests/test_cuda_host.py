@@ -198,7 +198,7 @@ def _fake_torch(monkeypatch, cp):
             setattr(torch, d.torch, Dtype(d.name))
 
     class Device:
-        type, index = "cuda", 0
+        type, index = "cuda", tcb.FAKE_DEVICE
 
     class Stream:
         def __init__(self, handle=None, device=None):
@@ -234,7 +234,7 @@ def _fake_torch(monkeypatch, cp):
             return tuple(s // self.a.itemsize for s in self.a.strides)
 
         def __dlpack_device__(self):
-            return (rt_arrays.KDL_CUDA, 0)
+            return (rt_arrays.KDL_CUDA, tcb.FAKE_DEVICE)
 
         def __dlpack__(self, stream=None):
             self.exported.append(stream)
@@ -242,7 +242,8 @@ def _fake_torch(monkeypatch, cp):
             shape, strides = (ctypes.c_int64 * nd)(*self.shape), (ctypes.c_int64 * nd)(*self.stride())
             code, bits = DTYPES[self.name].dlpack
             m = rt_arrays._DLManagedTensor()
-            m.dl_tensor = rt_arrays._DLTensor(self.data_ptr(), rt_arrays._DLDevice(rt_arrays.KDL_CUDA, 0), nd,
+            where = rt_arrays._DLDevice(rt_arrays.KDL_CUDA, tcb.FAKE_DEVICE)
+            m.dl_tensor = rt_arrays._DLTensor(self.data_ptr(), where, nd,
                                               rt_arrays._DLDataType(code, bits, 1), shape, strides, 0)
             new = ctypes.pythonapi.PyCapsule_New
             new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
