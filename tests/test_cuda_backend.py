@@ -768,14 +768,24 @@ def _fake_cupy(monkeypatch, launch=True):
                 _host_launch(lib, k, grid, block, args)
             return run
 
+    def refuse(dtype):     # as CuPy 14 does (seen on an H200): it has no float8 arrays
+        d = np.dtype(dtype)
+        if d.itemsize == 1 and d.type.__module__.split(".")[0] == "ml_dtypes":
+            raise ValueError(f"Unsupported dtype {d}")
+
     def new(f):
         def make(*a, **kw):
             events.append(("alloc", now()))
             return ndarray(f(*a, **kw))
         return make
 
+    def allocate(shape, dtype):
+        refuse(dtype)
+        return aligned_empty(shape, dtype)
+
     def asarray(a):
         events.append(("h2d", now()))
+        refuse(np.asarray(a).dtype)
         return ndarray(np.array(a, copy=True))
 
     def asnumpy(x, stream=None):
@@ -792,7 +802,7 @@ def _fake_cupy(monkeypatch, launch=True):
                                         deviceSynchronize=lambda: events.append(("sync", None))))
     cp.cuda.Stream.null = null
     cp.asarray = asarray
-    cp.empty = new(aligned_empty)
+    cp.empty = new(allocate)
     cp.zeros = new(lambda shape, dtype: np.zeros(shape, dtype=dtype))
     cp.cumsum = new(lambda x: np.cumsum(x.a))
     cp.clip = new(lambda x, lo, hi: np.clip(x.a, lo, hi))
@@ -837,7 +847,8 @@ def test_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch):
     dev = {n: cp.ndarray(a) for n, a in arrays.items()}
     outs = op.run_all(*[dev[n] for n in op.inputs], backend="cuda")
     for name, out in zip(op.outputs, outs):
-        assert isinstance(out, cp.ndarray) and compare(out.a, ref[name], p.out_dtype or p.storage, magnitude)[2]
+        assert isinstance(out, cp.ndarray) and compare(_fp8_bits(out.a, p.out_dtype), ref[name],
+                                                       p.out_dtype or p.storage, magnitude)[2]
     if p.out_dtype:     # an fp8 output is never written over its source
         return
     dev = {n: cp.ndarray(np.array(a, copy=True)) for n, a in arrays.items()}
@@ -855,6 +866,36 @@ def test_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch):
 
 
 RMS_OPS = [op for op in OPS if op.kind == "rmsnorm"]
+
+
+def _fp8_bits(a: np.ndarray, dtype) -> np.ndarray:
+    """A CuPy call's output as its declared dtype: fp8 outputs come back as uint8 bits (CuPy has no
+    float8 arrays)."""
+    return a.view(dtype.np_dtype) if dtype is not None and a.dtype == np.uint8 and dtype.itemsize == 1 else a
+
+
+@pytest.mark.parametrize("name", ["flashinfer_rope_quantize_fp8", "vllm_rms_quant"])
+def test_fp8_outputs_on_a_cupy_without_float8_arrays(name, monkeypatch):
+    """CuPy has no float8 arrays (an H200's CuPy 14: "Unsupported dtype float8_e4m3fn", and every fp8
+    operator failed there): the outputs live as uint8. A call of host arrays returns them as fp8
+    arrays; a call of CuPy arrays returns uint8 arrays holding the same bits."""
+    why = _host_ok()
+    if why:
+        pytest.skip(why)
+    cp = _fake_cupy(monkeypatch)
+    op = ropegen.compile(ROOT / "examples" / "fp8_outputs.rope")[name]
+    _CFG_OF[_source(op)] = (cuda_backend.CudaBackend().config(op.plan),)
+    arrays = make_inputs(op.ir, CASES[1], seed=4)
+    host = op.run_all(*[arrays[n] for n in op.inputs], backend="cuda")
+    dev = op.run_all(*[cp.ndarray(arrays[n]) for n in op.inputs], backend="cuda")
+    want = op.run_all(*[arrays[n] for n in op.inputs], backend="numpy")
+    fp8 = [np.dtype(ropegen.ir.dtypes.DTYPES[n].np_dtype) for n in ("f8e4m3", "f8e5m2")]
+    assert any(h.dtype in fp8 for h in host), [h.dtype for h in host]
+    for h, d, w in zip(host, dev, want):
+        assert h.dtype == w.dtype
+        if h.dtype in fp8:
+            assert d.dtype == np.uint8
+            assert np.array_equal(h.view(np.uint8), d.a) and np.array_equal(h.view(np.uint8), w.view(np.uint8))
 
 
 @pytest.mark.slow
@@ -892,7 +933,7 @@ def test_rmsnorm_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch)
         if arr is None:
             continue
         out = op.run_all(*args(arr), backend="cuda")[0]
-        assert compare(out.a, ref, dtype, mag)[2]
+        assert compare(_fp8_bits(out.a, p.y), ref, dtype, mag)[2]
     if x.ndim == 2 and x.shape[0] > 1 and p.norm_size > 1:
         with pytest.raises(ValueError, match="contiguous"):
             op.run(*args(np.asfortranarray(x)), backend="cuda")
@@ -982,7 +1023,7 @@ def test_gpu_both_kernels_inplace_and_device_arrays(op):
     magnitude = max(float(np.max(np.abs(a.astype(np.float64)))) if a.size and a.dtype.kind == "f" else 0.0
                     for a in arrays.values())
     for name, out in zip(op.outputs, want):
-        assert compare(out, ref[name], p.storage, magnitude)[2]
+        assert compare(out, ref[name], p.out_dtype or p.storage, magnitude)[2]
     if p.storage.name == "bf16" and not _cupy_has_bf16():
         pytest.skip("this CuPy has no bfloat16 arrays (the PyTorch test covers bf16 on the device)")
     # device arrays, one of them a misaligned view: the scalar kernel
@@ -993,7 +1034,9 @@ def test_gpu_both_kernels_inplace_and_device_arrays(op):
     dev[first] = pad[1:].reshape(arrays[first].shape)
     outs = op.run_all(*[dev[n] for n in op.inputs], backend="cuda")
     for name, out in zip(op.outputs, outs):
-        assert compare(cp.asnumpy(out), ref[name], p.storage, magnitude)[2]
+        assert compare(_fp8_bits(cp.asnumpy(out), p.out_dtype), ref[name], p.out_dtype or p.storage, magnitude)[2]
+    if p.out_dtype:     # an fp8 output is never written over its source
+        return
     # in place
     dev2 = {n: cp.asarray(a) for n, a in arrays.items()}
     outs = op.run_all(*[dev2[n] for n in op.inputs], backend="cuda", inplace=True)

@@ -39,6 +39,18 @@ def _library(obj) -> str:
     return lib
 
 
+def cupy_dtype(name: str, host: bool) -> np.dtype:
+    """The dtype CuPy allocates for an array of ropegen dtype `name`: its NumPy dtype, except for the
+    ml_dtypes types, which live as the unsigned integer of their width where CuPy cannot hold them.
+    That is on a call of host arrays (bf16 and fp8: returned() views the copy back on the host), and
+    fp8 on every call: CuPy has no float8 arrays (CuPy 14 raises "Unsupported dtype float8_e4m3fn"),
+    so the fp8 outputs of a call on CuPy arrays are uint8 arrays holding the fp8 bits."""
+    d = DTYPES[name].np_dtype
+    if d.type.__module__.split(".")[0] == "ml_dtypes" and (host or d.itemsize == 1):
+        return np.dtype(f"u{d.itemsize}")
+    return d
+
+
 def caller_stream(arrays, out=None):
     """The stream a call without `stream=` runs on: PyTorch's current stream on the device of the
     first PyTorch CUDA tensor among the arrays (and out=), else None (CuPy's current stream)."""
@@ -94,7 +106,7 @@ class DeviceMemory:
     def upload(self, a: DeviceArray) -> DeviceArray:
         host = a.keep[0] if isinstance(a.keep[0], np.ndarray) else np.from_dlpack(a.keep[-1])
         host = np.ascontiguousarray(host)
-        raw = host.view(np.uint16) if a.dtype == "bf16" else host
+        raw = host.view(cupy_dtype(a.dtype, True))
         with self.stream:
             dev = self.cupy.asarray(raw)
         # the host copy rides first: host_copy() reads it without a device read-back
@@ -112,9 +124,8 @@ class DeviceMemory:
             src = next(k for k in self.like.keep if _library(k) == "torch")
             t = self.torch_empty(shape, _torch_dtype(name), src.device)
             return DeviceArray(int(t.data_ptr()), shape, c_strides(shape), name, src.device.index, (t,), "torch")
-        np_dtype = np.uint16 if (self.host and name == "bf16") else dtype.np_dtype
         with self.stream:
-            arr = self.cupy.empty(shape, dtype=np_dtype)
+            arr = self.cupy.empty(shape, dtype=cupy_dtype(name, self.host))
         return DeviceArray(int(arr.data.ptr), shape, c_strides(shape), name, int(arr.device.id), (arr,), "cupy")
 
     def torch_empty(self, shape, dtype, device):
@@ -144,7 +155,8 @@ class DeviceMemory:
         if not self.host:
             return obj
         out = self.cupy.asnumpy(obj, stream=self.stream)
-        return out.view(DTYPES["bf16"].np_dtype) if a.dtype == "bf16" else out
+        want = DTYPES[a.dtype].np_dtype
+        return out if out.dtype == want else out.view(want)
 
     def error_word(self) -> DeviceArray:
         with self.stream:
