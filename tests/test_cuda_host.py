@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import shutil
+import subprocess
 import sys
 import types
 import warnings
@@ -489,9 +490,10 @@ def test_gpu_side_stream_race():
             assert tcb.compare(out.float().cpu().numpy(), ref[name], op.plan.storage, 5.0)[2], name
 
 
-@gpu
-def test_gpu_default_call_is_graph_capturable():
-    torch = _gpu_torch()
+def _graph_capture_check() -> None:
+    """The default call captured in a CUDA graph and replayed (run by the test below in a process of
+    its own)."""
+    import torch
     op = ropegen.compile(ROOT / "examples" / "llama3.rope")["llama3_8b_cached"]
     arrays = make_inputs(op.ir, CASES[2], seed=8)
     ref = reference.evaluate(op.ir, arrays)
@@ -509,3 +511,16 @@ def test_gpu_default_call_is_graph_capturable():
     for name, out in zip(op.outputs, outs):
         assert tcb.compare(out.float().cpu().numpy(), ref[name], op.plan.storage, 5.0)[2], name
     kern.check_errors()
+
+
+@gpu
+def test_gpu_default_call_is_graph_capturable():
+    """In a process of its own: a capture that fails can leave the process's CUDA context unusable,
+    and every later CUDA test of this pytest worker would then fail as well (the first GPU run, on an
+    H200, had a cascade of failures that began about here)."""
+    _gpu_torch()
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
+            "import test_cuda_host as t; t._graph_capture_check(); print('graph ok')")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT), str(ROOT / "tests")], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and "graph ok" in r.stdout, (r.stdout + r.stderr)[-4000:]
