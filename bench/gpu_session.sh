@@ -40,9 +40,9 @@ for step in $steps; do
     gpu|tests) opts=()   # pytest-xdist and pytest-timeout where installed (the GPU image has both)
       $py -c 'import xdist' 2>/dev/null && opts+=(-n "${WORKERS:-16}")
       $py -c 'import pytest_timeout' 2>/dev/null && opts+=(--timeout 90)
-      # gpu: one worker per test file (--dist loadfile), so that a test that leaves its worker's CUDA
-      # context broken (a failed graph capture, say) fails only its own file's later tests
-      if [ "$step" = gpu ]; then opts+=(-v -k "cuda or gpu" --dist loadfile); else opts+=(-q); fi
+      # gpu: verbose, so that each failure is named as it happens (the summary comes only at the end).
+      # Not --dist loadfile: test_cuda_backend.py alone takes most of two minutes on one worker
+      if [ "$step" = gpu ]; then opts+=(-v -k "cuda or gpu"); else opts+=(-q); fi
       run "$step" "${TESTS_LIMIT:-240}" "$py" -m pytest -p no:cacheprovider -p no:benchmark "${opts[@]}" \
         --tb=short --durations 15 --junitxml "$out/$step.xml" -rfEs tests ;;
     memcheck) run memcheck "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck --error-exitcode 99 \
