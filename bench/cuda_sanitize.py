@@ -20,10 +20,9 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv: list[str]) -> int:
     import cupy as cp
-    import numpy as np
 
     import ropegen
-    from ropegen.crosscheck import RAN, _storage_dtype, check_operator, compare
+    from ropegen.crosscheck import RAN, _storage_dtype, check_operator, compare, operand_magnitude
     from ropegen.ops import reference
     from ropegen.ops.inputs import CASES, make_inputs
 
@@ -51,8 +50,7 @@ def main(argv: list[str]) -> int:
             except ValueError as e:                     # an operator that cannot write in place says so
                 print(f"{spec} {name}: in place refused: {e}")
                 continue
-            magnitude = max((float(np.max(np.abs(np.asarray(a, dtype=np.float64)))) if a.size and a.dtype.kind == "f"
-                             else 0.0 for a in [*arrays.values(), *ref.values()]), default=0.0)
+            magnitude = operand_magnitude(arrays, ref)
             runs += 1
             for out_name, out in zip(op.outputs, outs):
                 if not compare(cp.asnumpy(out), ref[out_name], _storage_dtype(op), magnitude)[2]:

@@ -35,6 +35,13 @@ def _storage_dtype(op: Operator):
     return ops.of(op.ir).tolerance_dtype(op.ir)
 
 
+def operand_magnitude(arrays: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> float:
+    """The operands' size for compare(): the largest float input or reference output (a fused
+    rmsnorm's normalized heads, which the rotation reads, can be larger than any input)."""
+    return max((float(np.max(np.abs(np.asarray(a, dtype=np.float64)))) if a.size and a.dtype.kind == "f"
+                else 0.0 for a in [*arrays.values(), *ref.values()]), default=0.0)
+
+
 def compare(out: np.ndarray, ref: np.ndarray, dtype, magnitude: float) -> tuple[float, float, bool]:
     """Max abs / rel error and whether every element is within the dtype's tolerance.
 
@@ -107,10 +114,7 @@ def check_operator(op: Operator, backend_names: tuple[str, ...] | None = None, s
                 rows.append(Row(op.name, b.name, dtype.name, case.label, float("inf"), float("inf"), False,
                                 f"error: {type(exc).__name__}: {exc}"))
                 continue
-            # the operands' size: the float inputs', and the reference outputs' (a fused rmsnorm's
-            # normalized heads, which the rotation reads, can be larger than any input)
-            magnitude = max((float(np.max(np.abs(np.asarray(a, dtype=np.float64)))) if a.size and a.dtype.kind == "f"
-                             else 0.0 for a in [*arrays.values(), *ref.values()]), default=0.0)
+            magnitude = operand_magnitude(arrays, ref)
             worst = (0.0, 0.0, True)
             for name, out in zip(op.outputs, outs):
                 m_abs, m_rel, ok = compare(out, ref[name], dtype, magnitude)
