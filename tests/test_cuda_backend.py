@@ -39,7 +39,7 @@ from ropegen.backends import cuda as cuda_plan
 from ropegen.backends.cuda import nvrtc
 from ropegen.ops import reference
 from ropegen.backends import cuda as cuda_backend
-from ropegen.crosscheck import compare
+from ropegen.crosscheck import compare, operand_magnitude
 from ropegen.runtime import gpu_call
 from ropegen.ops.inputs import CASES, make_inputs
 from ropegen.ops.plan import RopePlan
@@ -613,8 +613,7 @@ def test_generated_kernels_run_on_the_host_and_match_the_reference(op, kernel):
         k, err, outs = _run_host(op, arrays, kernel)
         used.add(k.name)
         assert err == 0, (case.label, err)
-        magnitude = max(float(np.max(np.abs(a.astype(np.float64)))) if a.size and a.dtype.kind == "f" else 0.0
-                        for a in arrays.values())
+        magnitude = operand_magnitude(arrays, ref)
         for st in op.plan.streams:
             m_abs, m_rel, ok = compare(outs[st.out], ref[st.out], dtype, magnitude)
             assert ok, (case.label, k.name, st.out, m_abs, m_rel)
@@ -842,8 +841,7 @@ def test_wrapper_end_to_end_on_a_host_stand_in_for_cupy(op, monkeypatch):
     p = op.plan
     arrays = make_inputs(op.ir, CASES[2], seed=4)
     ref = reference.evaluate(op.ir, arrays)
-    magnitude = max(float(np.max(np.abs(a.astype(np.float64)))) if a.size and a.dtype.kind == "f" else 0.0
-                    for a in arrays.values())
+    magnitude = operand_magnitude(arrays, ref)
     dev = {n: cp.ndarray(a) for n, a in arrays.items()}
     outs = op.run_all(*[dev[n] for n in op.inputs], backend="cuda")
     for name, out in zip(op.outputs, outs):
@@ -978,8 +976,7 @@ def test_template_variants_compile_and_run_on_the_host(name):
     for i, case in enumerate(CASES):
         arrays = make_inputs(op.ir, case, seed=21 + i)
         ref = reference.evaluate(op.ir, arrays)
-        magnitude = max(float(np.max(np.abs(a.astype(np.float64)))) if a.size and a.dtype.kind == "f" else 0.0
-                        for a in arrays.values())
+        magnitude = operand_magnitude(arrays, ref)
         for kernel in (None, "scalar"):
             _, err, outs = _run_host(op, arrays, kernel)
             assert err == 0
@@ -1020,8 +1017,7 @@ def test_gpu_both_kernels_inplace_and_device_arrays(op):
     arrays = make_inputs(op.ir, CASES[2], seed=5)
     ref = reference.evaluate(op.ir, arrays)
     want = op.run_all(*[arrays[n] for n in op.inputs], backend="cuda")
-    magnitude = max(float(np.max(np.abs(a.astype(np.float64)))) if a.size and a.dtype.kind == "f" else 0.0
-                    for a in arrays.values())
+    magnitude = operand_magnitude(arrays, ref)
     for name, out in zip(op.outputs, want):
         assert compare(out, ref[name], p.out_dtype or p.storage, magnitude)[2]
     if p.storage.name == "bf16" and not _cupy_has_bf16():
