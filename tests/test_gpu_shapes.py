@@ -117,6 +117,59 @@ def test_long_rows_keep_a_block_each():
     assert gpu_launch.rms_launch(vec, 5).grid == (5, 1, 1)
 
 
+ROWS_4096 = """
+rmsnorm rows_bf16 { in x: bf16[N, 4096] in scale: bf16[4096] out y }
+rmsnorm rows_f32 { in x: f32[N, 4096] in scale: f32[4096] out y }
+"""
+
+
+@pytest.mark.parametrize("dtype, block, items, preload", [("bf16", 256, 2, False), ("f32", 256, 4, True)])
+def test_long_rows_per_thread_shares_and_scale_preload(dtype, block, items, preload):
+    """Rows of 4096 (launch.py's shares, measured on an H200): bf16 vectors (8 elements) 2 a thread,
+    f32 (4) 4 a thread, the scalar kernels 4 elements a thread; the scale loaded before the row loop
+    where a thread's x vectors come to RMS_PRELOAD_BYTES (f32), per row after the sum otherwise."""
+    op = ropegen.compile(ROWS_4096)[f"rows_{dtype}"]
+    cfg = _cfg(op)
+    assert (cfg.vec.block, cfg.vec.items, cfg.vec.cache, cfg.vec.preload) == (block, items, True, preload)
+    assert (cfg.scalar.block, cfg.scalar.items, cfg.scalar.preload) == (1024, 4, False)
+    assert ("wk[" in op.sources["cuda"][f"{op.name}.cu"]) is preload
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_scale_preload_keeps_every_bit(dtype, monkeypatch):
+    """The vector kernel with the scale loaded before the row loop and without it (RMS_PRELOAD_BYTES
+    forced either way) store the same bits, with the scale aligned to its vectors or not, and equal
+    NumPy; run on the host (g++ emulation, CuPy stand-in of test_cuda_backend.py)."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    import test_cuda_backend as tcb
+    import test_rmsnorm_family_gpu as fam
+    cp = tcb._fake_cupy(monkeypatch)
+    used = fam._spy(monkeypatch)
+    rng = np.random.default_rng(7)
+    dt = ropegen.ir.dtypes.DTYPES[dtype].np_dtype
+    x = rng.standard_normal((5, 4096)).astype(dt)
+    scale = rng.standard_normal(4096).astype(dt)
+    bits = {}
+    for preload, limit in ((True, 1), (False, 1 << 30)):
+        monkeypatch.setattr(gpu_launch, "RMS_PRELOAD_BYTES", limit)
+        op = ropegen.compile(ROWS_4096)[f"rows_{dtype}"]
+        cfg = _cfg(op)
+        assert cfg.vec.preload is preload
+        tcb._CFG_OF[op.sources["cuda"][f"{op.name}.cu"]] = (cfg,)
+        for w_offset in (0, 1):      # one element off: the scale's vectors read element by element
+            w = np.zeros(scale.size + 8, dt)[w_offset:w_offset + scale.size]
+            w[...] = scale
+            used.clear()
+            out = op.run(cp.ndarray(x), cp.ndarray(w), backend="cuda")
+            assert used == [op.name + "_vec"], used
+            fam._check(op, {"x": x, "scale": scale}, [out.a], f"preload={preload} scale+{w_offset}")
+            bits[preload, w_offset] = np.asarray(out.a).view(f"u{dt.itemsize}").copy()
+    for w_offset in (0, 1):
+        assert np.array_equal(bits[True, w_offset], bits[False, w_offset]), w_offset
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["head_norm_bf16", "head_norm_f32"])
 def test_short_rows_on_the_host(name, monkeypatch):

@@ -15,7 +15,7 @@
 // Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
-//   gemma_fused_add_rmsnorm_vec: 8-element vectors, block (64, 1, 1). Requires x, residual, y and h addresses
+//   gemma_fused_add_rmsnorm_vec: 8-element vectors, block (128, 1, 1). Requires x, residual, y and h addresses
 //       aligned to 8 elements and row and group strides multiples of 8.
 //   gemma_fused_add_rmsnorm_scalar: block (512, 1, 1).
 // Rows are [2048] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own strides), or in
@@ -164,7 +164,7 @@ __device__ __forceinline__ y_t finish(stash_t s, stash_t inv_rms, long long n, c
 
 }  // namespace ropegen_gemma_fused_add_rmsnorm
 
-extern "C" __global__ void __launch_bounds__(64) gemma_fused_add_rmsnorm_vec(
+extern "C" __global__ void __launch_bounds__(128) gemma_fused_add_rmsnorm_vec(
     const __half* t_x,
     const __half* t_residual,
     const __half* t_weight,
@@ -183,11 +183,11 @@ extern "C" __global__ void __launch_bounds__(64) gemma_fused_add_rmsnorm_vec(
 {
     using namespace ropegen_gemma_fused_add_rmsnorm;
     constexpr int V = 8;             // elements per vector
-    constexpr int BLOCK = 64;
-    constexpr int LANES = 64;            // threads of a row
+    constexpr int BLOCK = 128;
+    constexpr int LANES = 128;            // threads of a row
     constexpr int ROWS = 1;             // rows of a block
     constexpr int NV = 256;           // vectors per row
-    __shared__ stash_t partial[2];
+    __shared__ stash_t partial[4];
     const bool scale_whole = (unsigned long long)t_weight % (V * sizeof(scale_t)) == 0;   // scale vectors aligned
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
@@ -209,9 +209,9 @@ extern "C" __global__ void __launch_bounds__(64) gemma_fused_add_rmsnorm_vec(
         const x_t* rr = t_residual + row * r_row_stride + group * r_group_stride;
         x_t* hr = t_h + row * h_row_stride + group * h_group_stride;
         stash_t sq = 0;
-        stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
+        stash_t sv[2][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 const Vec<x_t, 8> rv = load<x_t, 8>(rr + (long long)vi * V);
@@ -227,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(64) gemma_fused_add_rmsnorm_vec(
         const stash_t mean_square = __fdiv_rn(total, (stash_t)N);
         const stash_t inv_rms = __fdiv_rn((stash_t)1, __fsqrt_rn(__fadd_rn(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 Vec<scale_t, 8> wv;

@@ -14,7 +14,7 @@
 // Compile with FMA contraction off (nvcc -fmad=false, NVRTC --fmad=false) and without fast-math flags.
 //
 // Two kernels compute the same result; call either one:
-//   gemma_rmsnorm_vec: 8-element vectors, block (96, 1, 1). Requires x and y addresses
+//   gemma_rmsnorm_vec: 8-element vectors, block (160, 1, 1). Requires x and y addresses
 //       aligned to 8 elements and row and group strides multiples of 8.
 //   gemma_rmsnorm_scalar: block (576, 1, 1).
 // Rows are [2304] contiguous elements, row r at x + r * x_row_stride, or in
@@ -156,7 +156,7 @@ __device__ __forceinline__ y_t finish(x_t xv, stash_t inv_rms, long long n, cons
 
 }  // namespace ropegen_gemma_rmsnorm
 
-extern "C" __global__ void __launch_bounds__(96) gemma_rmsnorm_vec(
+extern "C" __global__ void __launch_bounds__(160) gemma_rmsnorm_vec(
     const __nv_bfloat16* t_x,
     const __nv_bfloat16* t_weight,
     __nv_bfloat16* t_y,
@@ -169,11 +169,11 @@ extern "C" __global__ void __launch_bounds__(96) gemma_rmsnorm_vec(
 {
     using namespace ropegen_gemma_rmsnorm;
     constexpr int V = 8;             // elements per vector
-    constexpr int BLOCK = 96;
-    constexpr int LANES = 96;            // threads of a row
+    constexpr int BLOCK = 160;
+    constexpr int LANES = 160;            // threads of a row
     constexpr int ROWS = 1;             // rows of a block
     constexpr int NV = 288;           // vectors per row
-    __shared__ stash_t partial[3];
+    __shared__ stash_t partial[5];
     const bool scale_whole = (unsigned long long)t_weight % (V * sizeof(scale_t)) == 0;   // scale vectors aligned
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
@@ -193,9 +193,9 @@ extern "C" __global__ void __launch_bounds__(96) gemma_rmsnorm_vec(
         const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
         y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
         stash_t sq = 0;
-        Vec<x_t, 8> xv[3];   // the thread's vectors of the row, kept for the second pass
+        Vec<x_t, 8> xv[2];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
-        for (int it = 0; it < 3; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 xv[it] = load<x_t, 8>(xr + (long long)vi * V);
@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(96) gemma_rmsnorm_vec(
         const stash_t mean_square = __fdiv_rn(total, (stash_t)N);
         const stash_t inv_rms = __fdiv_rn((stash_t)1, __fsqrt_rn(__fadd_rn(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
-        for (int it = 0; it < 3; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 Vec<scale_t, 8> wv;

@@ -177,6 +177,15 @@ extern "C" __global__ void __launch_bounds__(128) olmo2_q_norm_vec(
     const bool scale_whole = (unsigned long long)t_weight % (V * sizeof(scale_t)) == 0;   // scale vectors aligned
     const int lane = (int)threadIdx.x % LANES;
     const int seg = (int)threadIdx.x / LANES;
+    Vec<scale_t, 4> wk[4];
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int vi = lane + it * LANES;
+        if (vi < NV) {
+            if (scale_whole) wk[it] = load<scale_t, 4>(t_weight + (long long)vi * V);
+            else for (int l = 0; l < V; ++l) wk[it].v[l] = t_weight[(long long)vi * V + l];
+        }
+    }
     for (long long first = (long long)blockIdx.x * ROWS; first < n_rows; first += (long long)gridDim.x * ROWS) {
         const long long row_index = first + seg;
         // a row past the last (the last block's) loads and stores nothing, but its lanes still take
@@ -213,12 +222,9 @@ extern "C" __global__ void __launch_bounds__(128) olmo2_q_norm_vec(
         for (int it = 0; it < 4; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
-                Vec<scale_t, 4> wv;
-                if (scale_whole) wv = load<scale_t, 4>(t_weight + (long long)vi * V);
-                else for (int l = 0; l < V; ++l) wv.v[l] = t_weight[(long long)vi * V + l];
                 Vec<y_t, 4> yv;
 #pragma unroll
-                for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, l, wv.v);
+                for (int l = 0; l < V; ++l) yv.v[l] = finish(xv[it].v[l], inv_rms, l, wk[it].v);
                 store<y_t, 4>(yr + (long long)vi * V, yv);
             }
         }

@@ -15,7 +15,7 @@
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
-//   flashinfer_fused_add_rmsnorm_vec: 8-element vectors, block (128, 1, 1). Requires x, residual, y and h addresses
+//   flashinfer_fused_add_rmsnorm_vec: 8-element vectors, block (256, 1, 1). Requires x, residual, y and h addresses
 //       aligned to 8 elements and row and group strides multiples of 8.
 //   flashinfer_fused_add_rmsnorm_scalar: block (1024, 1, 1).
 // Rows are [4096] contiguous elements, row r at x + r * x_row_stride (residual, y, h: their own strides), or in
@@ -165,7 +165,7 @@ static inline y_t finish(stash_t s, stash_t inv_rms, long n, const __global scal
 }
 
 
-__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void flashinfer_fused_add_rmsnorm_vec(
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void flashinfer_fused_add_rmsnorm_vec(
     __global const ushort* t_x_base, long t_x_off,
     __global const ushort* t_residual_base, long t_residual_off,
     __global const ushort* t_weight_base, long t_weight_off,
@@ -189,11 +189,11 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void flashinfer_fused_
     __global ushort* t_h = t_h_base + t_h_off;
 
     const int V = 8;             // elements per vector
-    const int BLOCK = 128;
-    const int LANES = 128;            // threads of a row
+    const int BLOCK = 256;
+    const int LANES = 256;            // threads of a row
     const int ROWS = 1;             // rows of a block
     const int NV = 512;           // vectors per row
-    __local stash_t partial[128];
+    __local stash_t partial[256];
     const int lane = (int)get_local_id(0) % LANES;
     const int seg = (int)get_local_id(0) / LANES;
     for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
@@ -214,9 +214,9 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void flashinfer_fused_
         __global const x_t* rr = t_residual + row * r_row_stride + group * r_group_stride;
         __global x_t* hr = t_h + row * h_row_stride + group * h_group_stride;
         stash_t sq = 0;
-        stash_t sv[4][V];   // the thread's sums x + residual, kept for the second pass
+        stash_t sv[2][V];   // the thread's sums x + residual, kept for the second pass
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 const vec_x_t_8 rv = load_x_t_8(rr + (long)vi * V);
@@ -232,7 +232,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void flashinfer_fused_
         const stash_t mean_square = div_f32(total, (stash_t)N);
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 vec_y_t_8 yv;

@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "flashinfer_fused_add_rmsnorm_vec": (128, (
+    "flashinfer_fused_add_rmsnorm_vec": (256, (
         ("t_x", "pointer"),
         ("t_residual", "pointer"),
         ("t_weight", "pointer"),

@@ -14,7 +14,7 @@
 // Build with -cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt and no fast-math option; the source turns contraction off.
 //
 // Two kernels compute the same result; call either one:
-//   gemma_rmsnorm_vec: 8-element vectors, block (96, 1, 1). Requires x and y addresses
+//   gemma_rmsnorm_vec: 8-element vectors, block (160, 1, 1). Requires x and y addresses
 //       aligned to 8 elements and row and group strides multiples of 8.
 //   gemma_rmsnorm_scalar: block (576, 1, 1).
 // Rows are [2304] contiguous elements, row r at x + r * x_row_stride, or in
@@ -157,7 +157,7 @@ static inline y_t finish(x_t xv, stash_t inv_rms, long n, const __global scale_t
 }
 
 
-__kernel __attribute__((reqd_work_group_size(96, 1, 1))) void gemma_rmsnorm_vec(
+__kernel __attribute__((reqd_work_group_size(160, 1, 1))) void gemma_rmsnorm_vec(
     __global const ushort* t_x_base, long t_x_off,
     __global const ushort* t_weight_base, long t_weight_off,
     __global ushort* t_y_base, long t_y_off,
@@ -173,11 +173,11 @@ __kernel __attribute__((reqd_work_group_size(96, 1, 1))) void gemma_rmsnorm_vec(
     __global ushort* t_y = t_y_base + t_y_off;
 
     const int V = 8;             // elements per vector
-    const int BLOCK = 96;
-    const int LANES = 96;            // threads of a row
+    const int BLOCK = 160;
+    const int LANES = 160;            // threads of a row
     const int ROWS = 1;             // rows of a block
     const int NV = 288;           // vectors per row
-    __local stash_t partial[96];
+    __local stash_t partial[160];
     const int lane = (int)get_local_id(0) % LANES;
     const int seg = (int)get_local_id(0) / LANES;
     for (long first = (long)get_group_id(0) * ROWS; first < n_rows; first += (long)get_num_groups(0) * ROWS) {
@@ -196,9 +196,9 @@ __kernel __attribute__((reqd_work_group_size(96, 1, 1))) void gemma_rmsnorm_vec(
         __global const x_t* xr = t_x + row * x_row_stride + group * x_group_stride;
         __global y_t* yr = t_y + row * y_row_stride + group * y_group_stride;
         stash_t sq = 0;
-        vec_x_t_8 xv[3];   // the thread's vectors of the row, kept for the second pass
+        vec_x_t_8 xv[2];   // the thread's vectors of the row, kept for the second pass
 #pragma unroll
-        for (int it = 0; it < 3; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 xv[it] = load_x_t_8(xr + (long)vi * V);
@@ -213,7 +213,7 @@ __kernel __attribute__((reqd_work_group_size(96, 1, 1))) void gemma_rmsnorm_vec(
         const stash_t mean_square = div_f32(total, (stash_t)N);
         const stash_t inv_rms = div_f32((stash_t)1, sqrt_f32(add_f32(mean_square, 9.9999999747524271e-07f)));
 #pragma unroll
-        for (int it = 0; it < 3; ++it) {
+        for (int it = 0; it < 2; ++it) {
             const int vi = lane + it * LANES;
             if (vi < row_vectors) {
                 vec_y_t_8 yv;

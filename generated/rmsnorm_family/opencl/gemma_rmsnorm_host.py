@@ -20,7 +20,7 @@ OPTIONS = ["-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt"]
 
 # kernel -> (work-group size, parameters as (name, kind)); kind: pointer, int32 or int64
 KERNELS = {
-    "gemma_rmsnorm_vec": (96, (
+    "gemma_rmsnorm_vec": (160, (
         ("t_x", "pointer"),
         ("t_weight", "pointer"),
         ("t_y", "pointer"),

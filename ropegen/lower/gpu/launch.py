@@ -34,12 +34,27 @@ ROPE_MIN_BLOCKS_WHOLE_HEAD = SM_REGISTERS // (ROPE_BLOCK * ROPE_REGISTERS_WHOLE_
 TARGET_THREADS = 1 << 17
 MAX_GRID_Y = 65535         # the head groups are the grid's y extent
 RMS_MAX_BLOCK = 1024
-RMS_VECTORS_PER_THREAD = 4  # aim: each thread of an RMSNorm block owns about this many vectors
+# Each thread of an RMSNorm block owns about RMS_VECTORS_PER_THREAD vectors, and at most
+# RMS_ELEMENTS_PER_THREAD elements: at decode sizes a row's time is its threads' serial work (their part
+# of the sum, the reduction, the scaling), at prefill sizes the bytes each thread has in flight. On an
+# H200 (bench/results/cuda_rmsnorm_ab_h200_s13.txt), bf16 rows of 4096 in 8-element vectors ran 1.2-1.4x
+# faster at 1-512 rows with 2 vectors per thread than with 4 (and 3% faster at 16384), while f32
+# (4-element vectors) gained nothing from fewer, and the scalar kernels lost 1.5-2.3x with 16 elements
+# per thread instead of 4
+RMS_VECTORS_PER_THREAD = 4
+RMS_ELEMENTS_PER_THREAD = 16
+# A cached row's scale vectors are loaded once per thread, before the row loop (not after each row's
+# sum: a decode-sized row then waits for one memory round trip, not two), when the thread's x vectors
+# come to at least this many bytes. Below it, the scale's registers cost occupancy that the kernel
+# needs for its bytes in flight: on the H200, f32 rows of 4096 (64 bytes a thread) ran 1.25-1.35x
+# faster at 1-64 rows with the scale loaded first and no slower at 16384; bf16 (32 bytes a thread)
+# 4% faster at 1-64 rows and 8% slower at 16384
+RMS_PRELOAD_BYTES = 64
 RMS_MAX_CACHED = 16         # vectors per thread kept in registers between the two passes ...
 # ... and at most this share of the registers __launch_bounds__(block) leaves a thread (the rest:
 # pointers, the loop, the sum and the vectors in flight); a longer row is read twice instead of spilling
 RMS_CACHE_SHARE = 2
-# Rows of at most 32 * RMS_VECTORS_PER_THREAD vectors (per-head norms [T*32, 128]) are summed within
+# Rows of at most 32 such shares (per-head norms [T*32, 128]) are summed within
 # a warp: a row has min(32, its vectors rounded up to a power of two) lanes, so no lane of a 16-vector
 # row idles, the sum is shuffles only, and a block holds this many threads' worth of rows
 RMS_ROWS_BLOCK = 128
@@ -194,6 +209,7 @@ class RmsKernel:
     warps: int
     lanes: int = 0         # threads of a row (a target that sums within warps: gpu/_rmsnorm.inc.j2) ...
     rows: int = 1          # ... and rows of a block (block = rows * lanes)
+    preload: bool = False  # a cached row's scale vectors loaded once, before the row loop (where aligned)
 
 
 def _pow2_at_least(n: int) -> int:
@@ -202,11 +218,12 @@ def _pow2_at_least(n: int) -> int:
 
 def rms_kernel(p: RmsNormPlan, name: str, v: int, params: tuple[Param, ...]) -> RmsKernel:
     nv = p.norm_size // v
-    if nv <= 32 * RMS_VECTORS_PER_THREAD:    # a row within a warp: several rows per block
+    per_thread = max(1, min(RMS_VECTORS_PER_THREAD, RMS_ELEMENTS_PER_THREAD // v))
+    if nv <= 32 * per_thread:    # a row within a warp: several rows per block
         lanes = min(32, _pow2_at_least(nv))
         rows = RMS_ROWS_BLOCK // lanes
     else:
-        lanes = min(RMS_MAX_BLOCK, 32 * -(-nv // (32 * RMS_VECTORS_PER_THREAD)))
+        lanes = min(RMS_MAX_BLOCK, 32 * -(-nv // (32 * per_thread)))
         rows = 1
     block = lanes * rows
     items = -(-nv // lanes)
@@ -215,7 +232,8 @@ def rms_kernel(p: RmsNormPlan, name: str, v: int, params: tuple[Param, ...]) -> 
     cached = p.stash.itemsize if p.residual else p.x.itemsize
     budget = min(255, SM_REGISTERS // block) // RMS_CACHE_SHARE * 4     # bytes
     cache = items <= RMS_MAX_CACHED and items * v * cached <= min(RMS_MAX_CACHED * VECTOR_BYTES, budget)
-    return RmsKernel(name, v, block, items, cache, params, nv, block // 32, lanes, rows)
+    preload = cache and v > 1 and items * v * p.x.itemsize >= RMS_PRELOAD_BYTES
+    return RmsKernel(name, v, block, items, cache, params, nv, block // 32, lanes, rows, preload)
 
 
 def rms_vector_width(p: RmsNormPlan) -> int:
