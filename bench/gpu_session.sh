@@ -10,7 +10,7 @@
 #   decode    the CUDA bench at T = 1, 16, 64 (cuda_decode.json)
 #   prefill   the CUDA bench at T = 4096, 16384 (cuda_prefill.json)
 #   tests     the whole suite (the CPU backends on this host's CPU too)
-# The default is "facts gpu memcheck decode prefill": about 6 minutes on an H200 with 16 cores.
+# The default is "facts gpu memcheck decode prefill": about 4 minutes on an H200 with 16 cores.
 set -u
 out=${1:?usage: bench/gpu_session.sh OUTDIR [STEP ...]}
 shift
