@@ -39,8 +39,8 @@ RMS_MAX_BLOCK = 1024
 # of the sum, the reduction, the scaling), at prefill sizes the bytes each thread has in flight. On an
 # H200 (bench/results/cuda_rmsnorm_ab_h200_s13.txt), bf16 rows of 4096 in 8-element vectors ran 1.2-1.4x
 # faster at 1-512 rows with 2 vectors per thread than with 4 (and 3% faster at 16384), while f32
-# (4-element vectors) gained nothing from fewer, and the scalar kernels lost 1.5-2.3x with 16 elements
-# per thread instead of 4
+# (4-element vectors) gained nothing from fewer, and the scalar kernels, given 16 elements per thread
+# instead of 4, lost 1.5-2.3x in bf16 and 1.6x at 1-64 rows in f32
 RMS_VECTORS_PER_THREAD = 4
 RMS_ELEMENTS_PER_THREAD = 16
 # A cached row's scale vectors are loaded once per thread, before the row loop (not after each row's
