@@ -1,10 +1,12 @@
 """RMSNorm's fused row loop (rg_run_*_fused, rmsnorm.c.j2): in the AVX-512 variants of a bf16 row, a
-streamed row's y on the fast path is computed in the loop that sums the next row's squares. Which
-kernels have it, and that it gives the baseline's bits where rows enter and leave it: rows off the
-fast path before and after fused ones, chunk boundaries between threads, rows with a tail past their
-whole summation blocks, y at each alignment the choice branches on, and in place."""
+row's y on the fast path, stored straight to y, is computed in the loop that sums the next row's
+squares. Which kernels have it, and that it gives the baseline's bits where rows enter and leave it:
+rows off the fast path before and after fused ones, chunk boundaries between threads, rows with a tail
+past their whole summation blocks, streamed or not, y at each alignment the choice branches on, and in
+place."""
 from __future__ import annotations
 
+import itertools
 import platform
 from pathlib import Path
 
@@ -81,14 +83,14 @@ def test_fused_rows_give_the_baseline_bits(name, monkeypatch):
     monkeypatch.setenv("ROPEGEN_ISA", "base")
     monkeypatch.setenv("ROPEGEN_STREAM", "0")
     want = np.array(op.run_all(x, scale, backend="c")[0], copy=True)
-    monkeypatch.setenv("ROPEGEN_STREAM", "1")      # the fused loop runs on streamed rows only
-    for isa in ("avx512", ""):
+    for stream, isa, threads in itertools.product(("1", "0"), ("avx512", ""), (1, 2)):
+        monkeypatch.setenv("ROPEGEN_STREAM", stream)
         monkeypatch.setenv("ROPEGEN_ISA", isa)
-        for threads in (1, 2):
-            for offset in (0, 16, 2):             # line-aligned, 16-byte aligned (both fused), neither
-                out = _at_offset(want.shape, want.dtype, offset)
-                op.run_all(x, scale, backend="c", out=(out,), threads=threads)
-                assert _same(want, out), (name, isa, threads, offset)
-            work = np.array(x, copy=True)
-            got = op.run_all(work, scale, backend="c", inplace=True, threads=threads)[0]
-            assert _same(want, np.asarray(got)), (name, isa, threads, "in place")
+        # line-aligned, 16-byte aligned (both fused), neither (streamed: the piece buffer, not fused)
+        for offset in (0, 16, 2):
+            out = _at_offset(want.shape, want.dtype, offset)
+            op.run_all(x, scale, backend="c", out=(out,), threads=threads)
+            assert _same(want, out), (name, stream, isa, threads, offset)
+        work = np.array(x, copy=True)
+        got = op.run_all(work, scale, backend="c", inplace=True, threads=threads)[0]
+        assert _same(want, np.asarray(got)), (name, stream, isa, threads, "in place")

@@ -845,15 +845,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     if (stream) rg_stream_fence();
 }
 
-/* A streamed row's y on the fast path, computed in the loop that sums the next row's squares (x from
- * memory; the row after it fetched into the L2 as the loop goes); its own x is in the L1, summed a row
- * ago. Apart, the sum took the row's reads in a burst and y its stores in another, and the vector work
- * of each held back the other's memory traffic (bf16 [4096, 4096], C harness, alternated runs, one
- * thread: 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms). The same sum and the same steps: the same
- * bits. Returns the next row's sum; y past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn)
+/* A row's y on the fast path, stored straight to y, computed in the loop that sums the next row's
+ * squares (x from memory; the row after it fetched into the L2 as the loop goes); its own x is in the
+ * L1, summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another,
+ * and the vector work of each held back the other's memory traffic (bf16 [4096, 4096], C harness,
+ * alternated runs, one thread: 4.10 -> 3.76 ms streamed, a copy of the same rows 2.95 ms; 1024 rows,
+ * stored through the cache: 1.31 -> 1.27 ms; rows in cache: no change). The same sum and the same
+ * steps: the same bits. Returns the next row's sum; y past its whole blocks is left to the row loop. */
+static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int nt)
 {
-    const int nt = 1;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
@@ -906,8 +906,11 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
+        /* as the loop below: non-temporal stores when streaming to 16-byte aligned rows; streamed rows
+         * that are not go through its piece buffer */
+        const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
+        if (fast && xn && (rg_nt || !stream)) {
+            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
@@ -945,15 +948,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 }
 
 #if RG_DISPATCH_BF16
-/* A streamed row's y on the fast path, computed in the loop that sums the next row's squares (x from
- * memory; the row after it fetched into the L2 as the loop goes); its own x is in the L1, summed a row
- * ago. Apart, the sum took the row's reads in a burst and y its stores in another, and the vector work
- * of each held back the other's memory traffic (bf16 [4096, 4096], C harness, alternated runs, one
- * thread: 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms). The same sum and the same steps: the same
- * bits. Returns the next row's sum; y past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn)
+/* A row's y on the fast path, stored straight to y, computed in the loop that sums the next row's
+ * squares (x from memory; the row after it fetched into the L2 as the loop goes); its own x is in the
+ * L1, summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another,
+ * and the vector work of each held back the other's memory traffic (bf16 [4096, 4096], C harness,
+ * alternated runs, one thread: 4.10 -> 3.76 ms streamed, a copy of the same rows 2.95 ms; 1024 rows,
+ * stored through the cache: 1.31 -> 1.27 ms; rows in cache: no change). The same sum and the same
+ * steps: the same bits. Returns the next row's sum; y past its whole blocks is left to the row loop. */
+static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int nt)
 {
-    const int nt = 1;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
@@ -1003,8 +1006,11 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
+        /* as the loop below: non-temporal stores when streaming to 16-byte aligned rows; streamed rows
+         * that are not go through its piece buffer */
+        const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
+        if (fast && xn && (rg_nt || !stream)) {
+            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
