@@ -179,8 +179,8 @@ def _bf16(a: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["b4096", "b300", "gemma_like"])
 def test_the_variant_gives_every_variants_bits_on_hard_rows(name, monkeypatch):
-    """The best variant here (AVX512-BF16 where the CPU and compiler have it, see the test below) and
-    the AVX-512 one against the baseline."""
+    """The best variant here (AVX512-BF16 where the CPU and compiler have it, see the test below), the
+    AVX-512 and the AVX2 ones against the baseline."""
     pytest.importorskip("ml_dtypes")
     op = OPS[name]
     n = op.plan.norm_size
@@ -191,7 +191,7 @@ def test_the_variant_gives_every_variants_bits_on_hard_rows(name, monkeypatch):
         monkeypatch.setenv("ROPEGEN_ISA", "base")
         monkeypatch.setenv("ROPEGEN_STREAM", "0")
         want = np.array(op.run_all(x, scale, backend="c")[0], copy=True)
-        for isa in ("avx512", ""):
+        for isa in ("avx2", "avx512", ""):
             monkeypatch.setenv("ROPEGEN_ISA", isa)
             for stream in ("0", "1"):
                 monkeypatch.setenv("ROPEGEN_STREAM", stream)

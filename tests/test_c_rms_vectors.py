@@ -43,6 +43,10 @@ def test_which_plans_take_the_vector_row_loop():
         assert ctx[name]["rms_vec_exact"]["rg_run_avx512"]["w"] == 16 and not ctx[name]["rms_vec_fast"], name
     for name, grid in (("llama_rmsnorm_bf16_out", "rg_vgrid_bf16_avx2"), ("gemma_rmsnorm", "rg_vsame_avx2")):
         assert ctx[name]["rms_vec_fast"]["rg_run_avx2"]["grid"] == grid and not ctx[name]["rms_vec_exact"], name
+        # the fast path has no NaN: its pair stores skip the NaN compare (test_c_rms_bf16_isa's hard rows
+        # hold every variant to the baseline where the products overflow to infinity)
+        assert ctx[name]["rms_vec_fast"]["rg_run_avx2"]["stp"] == "rg_vstp_nonan_bf16_avx2", name
+    assert ctx["vec_f32_300"]["rms_vec_exact"]["rg_run_avx512"]["stp"] == "rg_vstp_f32_avx512"
     # f16, a residual, fp8 y, an f64 stash and mixed types keep the piece buffer
     for name in ("rms_mixed_types", "vllm_fused_add_rmsnorm", "vllm_rms_quant", "rms_bf16_stash_f64",
                  "flashinfer_fused_add_rmsnorm"):

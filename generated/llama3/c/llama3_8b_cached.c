@@ -347,14 +347,10 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float 
 /* Two vectors of bf16 out together, fast: rounded to nearest even in 32-bit lanes, the upper halves of
  * both gathered by a single permutation (AVX2: a pack and a lane swap) without the NaN select; a pair
  * holding a NaN (one compare of the two) goes through rg_vst_bf16_* (the canonical NaN) instead: the
- * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. */
-static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+ * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. rg_vstp_nonan_bf16_* is the
+ * same without the compare, for callers whose values are never NaN (RMSNorm's fast rows). */
+static inline RG_TARGET_AVX2 void rg_vstp_nonan_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
 {
-    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
-        rg_vst_bf16_avx2(da, a, nt);
-        rg_vst_bf16_avx2(db, b, nt);
-        return;
-    }
     const __m256i ra = rg_bf16_rne_avx2(a), rb = rg_bf16_rne_avx2(b);
     /* the pack works within 128-bit lanes: quarters 0 2 1 3 put a's eight results, then b's, in order */
     const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16)), 0xd8);
@@ -365,13 +361,17 @@ static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, 
     rg_put16(da, _mm256_castsi256_si128(w), nt);
     rg_put16(db, _mm256_extracti128_si256(w, 1), nt);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
 {
-    if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
-        rg_vst_bf16_avx512(da, a, nt);
-        rg_vst_bf16_avx512(db, b, nt);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
+        rg_vst_bf16_avx2(da, a, nt);
+        rg_vst_bf16_avx2(db, b, nt);
         return;
     }
+    rg_vstp_nonan_bf16_avx2(da, db, a, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_nonan_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
     /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
     const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
                                          31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
@@ -383,6 +383,15 @@ static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *
     }
     rg_put32(da, _mm512_castsi512_si256(w), nt);
     rg_put32(db, _mm512_extracti64x4_epi64(w, 1), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
+    if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
+        rg_vst_bf16_avx512(da, a, nt);
+        rg_vst_bf16_avx512(db, b, nt);
+        return;
+    }
+    rg_vstp_nonan_bf16_avx512(da, db, a, b, nt);
 }
 /* Rotated bf16 runs out, fast: two vectors at a time by rg_vstp_bf16_*, the tail by rg_bf16_out_*. */
 static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)

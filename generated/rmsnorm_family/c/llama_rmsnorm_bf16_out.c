@@ -376,14 +376,10 @@ static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float 
 /* Two vectors of bf16 out together, fast: rounded to nearest even in 32-bit lanes, the upper halves of
  * both gathered by a single permutation (AVX2: a pack and a lane swap) without the NaN select; a pair
  * holding a NaN (one compare of the two) goes through rg_vst_bf16_* (the canonical NaN) instead: the
- * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. */
-static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+ * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. rg_vstp_nonan_bf16_* is the
+ * same without the compare, for callers whose values are never NaN (RMSNorm's fast rows). */
+static inline RG_TARGET_AVX2 void rg_vstp_nonan_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
 {
-    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
-        rg_vst_bf16_avx2(da, a, nt);
-        rg_vst_bf16_avx2(db, b, nt);
-        return;
-    }
     const __m256i ra = rg_bf16_rne_avx2(a), rb = rg_bf16_rne_avx2(b);
     /* the pack works within 128-bit lanes: quarters 0 2 1 3 put a's eight results, then b's, in order */
     const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16)), 0xd8);
@@ -394,13 +390,17 @@ static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, 
     rg_put16(da, _mm256_castsi256_si128(w), nt);
     rg_put16(db, _mm256_extracti128_si256(w, 1), nt);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
 {
-    if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
-        rg_vst_bf16_avx512(da, a, nt);
-        rg_vst_bf16_avx512(db, b, nt);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
+        rg_vst_bf16_avx2(da, a, nt);
+        rg_vst_bf16_avx2(db, b, nt);
         return;
     }
+    rg_vstp_nonan_bf16_avx2(da, db, a, b, nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_nonan_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
     /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
     const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
                                          31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
@@ -412,6 +412,15 @@ static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *
     }
     rg_put32(da, _mm512_castsi512_si256(w), nt);
     rg_put32(db, _mm512_extracti64x4_epi64(w, 1), nt);
+}
+static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+{
+    if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
+        rg_vst_bf16_avx512(da, a, nt);
+        rg_vst_bf16_avx512(db, b, nt);
+        return;
+    }
+    rg_vstp_nonan_bf16_avx512(da, db, a, b, nt);
 }
 /* Rotated bf16 runs out, fast: two vectors at a time by rg_vstp_bf16_*, the tail by rg_bf16_out_*. */
 static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
@@ -754,7 +763,7 @@ static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t
     const __m512i g = (__m512i)_mm512_cvtne2ps_pbh(nb, na);
     const __m512i q = (__m512i)_mm512_cvtne2ps_pbh(rg_vwiden_hi_bf16(g) * wb, rg_vwiden_lo_bf16(g) * wa);
     if (_mm512_testn_epi16_mask(q, _mm512_set1_epi16(0x7f80))) {
-        rg_vstp_bf16_avx512(d, d + 16, rg_vgrid_bf16_avx512(na) * wa, rg_vgrid_bf16_avx512(nb) * wb, nt);
+        rg_vstp_nonan_bf16_avx512(d, d + 16, rg_vgrid_bf16_avx512(na) * wa, rg_vgrid_bf16_avx512(nb) * wb, nt);
         return;
     }
     rg_put64(d, q, nt);
@@ -823,7 +832,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
                     if (xn) rg_prefetch_l2(xn + i0 + i, 16 * sizeof xn[0]);
                     const __m256 na = rg_vld_bf16_avx2(xr + i0 + i) * rg_vinv;
                     const __m256 nb = rg_vld_bf16_avx2(xr + i0 + i + 8) * rg_vinv;
-                    rg_vstp_bf16_avx2(dst + i, dst + i + 8, rg_vgrid_bf16_avx2(na) * rg_vld_f32_avx2(w + i0 + i),
+                    rg_vstp_nonan_bf16_avx2(dst + i, dst + i + 8, rg_vgrid_bf16_avx2(na) * rg_vld_f32_avx2(w + i0 + i),
                         rg_vgrid_bf16_avx2(nb) * rg_vld_f32_avx2(w + i0 + i + 8), nt);
                 }
                 for (; i < n; ++i) {
@@ -873,7 +882,7 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
             for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {
                 const __m512 na = rg_vld_bf16_avx512(xr + i) * rg_vinv;
                 const __m512 nb = rg_vld_bf16_avx512(xr + i + 16) * rg_vinv;
-                rg_vstp_bf16_avx512(yr + i, yr + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i),
+                rg_vstp_nonan_bf16_avx512(yr + i, yr + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i),
                     rg_vgrid_bf16_avx512(nb) * rg_vld_f32_avx512(w + i + 16), nt);
             }
         }
@@ -925,7 +934,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
                     if (xn) rg_prefetch_l2(xn + i0 + i, 32 * sizeof xn[0]);
                     const __m512 na = rg_vld_bf16_avx512(xr + i0 + i) * rg_vinv;
                     const __m512 nb = rg_vld_bf16_avx512(xr + i0 + i + 16) * rg_vinv;
-                    rg_vstp_bf16_avx512(dst + i, dst + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i0 + i),
+                    rg_vstp_nonan_bf16_avx512(dst + i, dst + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i0 + i),
                         rg_vgrid_bf16_avx512(nb) * rg_vld_f32_avx512(w + i0 + i + 16), nt);
                 }
                 for (; i < n; ++i) {

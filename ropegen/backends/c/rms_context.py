@@ -54,7 +54,9 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
                     set1={8: "_mm256_set1_ps", 16: "_mm512_set1_ps"}[width],
-                    ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}", stp=f"rg_vstp_{t}_{isa}",
+                    ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}",
+                    # bf16 rows take the vector loop on the fast path only, which has no NaN
+                    stp=f"rg_vstp_nonan_bf16_{isa}" if t == "bf16" else f"rg_vstp_{t}_{isa}",
                     grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}", step="")
     forms = {"rg_run_avx2": form("avx2", 8), "rg_run_avx512": form("avx512", 16)}
     sums = dict.fromkeys(VARIANTS, "rg_sum_squares")
