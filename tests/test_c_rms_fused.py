@@ -1,6 +1,6 @@
 """RMSNorm's fused row loop (rg_run_*_fused, rmsnorm.c.j2): in the vector variants (f32 rows, and bf16
-rows on the fast path in the AVX-512 ones), a row's y, stored straight to y, is computed in the loop
-that sums the next row's squares. Which kernels have it, and that it gives the baseline's bits where
+rows on the fast path in the AVX-512 ones), a streamed row's y is computed in the loop that sums the
+next row's squares. Which kernels have it, and that it gives the baseline's bits where
 rows enter and leave it: rows off the fast path before and after fused ones, chunk boundaries between
 threads, rows with a tail past their whole summation blocks, streamed or not, y at each alignment the
 choice branches on, and in place."""
@@ -90,7 +90,8 @@ def test_fused_rows_give_the_baseline_bits(name, monkeypatch):
     for stream, isa, threads in itertools.product(("1", "0"), ("avx2", "avx512", ""), (1, 2)):
         monkeypatch.setenv("ROPEGEN_STREAM", stream)
         monkeypatch.setenv("ROPEGEN_ISA", isa)
-        # line-aligned, 16-byte aligned (both fused), neither (streamed: the piece buffer, not fused)
+        # line-aligned, 16-byte aligned (both fused when streamed), neither (the piece buffer when
+        # streamed, not fused); rows not streamed are not fused
         for offset in (0, 16, 4):
             out = _at_offset(want.shape, want.dtype, offset)
             op.run_all(x, scale, backend="c", out=(out,), threads=threads)

@@ -854,14 +854,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     if (stream) rg_stream_fence();
 }
 
-/* A row's y from the vector row loop, stored straight to y, computed in the loop that sums the next
- * row's squares (x from memory; the row after it fetched into the L2 as the loop goes); its own x is
- * in the L1, summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in
- * another, and the vector work of each held back the other's memory traffic ([4096, 4096] from
- * memory, C harness, alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the
- * same rows 2.95 ms; f32 AVX-512 6.64 -> 5.98 ms, AVX2 7.19 -> 6.63 ms; 1024 bf16 rows stored through
- * the cache 1.31 -> 1.27 ms; rows in cache: no change). The same sum and the same steps: the same
- * bits. Returns the next row's sum; y past its whole blocks is left to the row loop. */
+/* A streamed row's y from the vector row loop, computed in the loop that sums the next row's squares
+ * (x from memory; the row after it fetched into the L2 as the loop goes); its own x is in the L1,
+ * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
+ * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
+ * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms). Streamed rows only: rows in cache gain nothing
+ * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
+ * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
+ * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int nt)
 {
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
@@ -916,10 +917,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* as the loop below: non-temporal stores when streaming to 16-byte aligned rows; streamed rows
-         * that are not go through its piece buffer */
+        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+         * its piece buffer) */
         const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
-        if (fast && xn && (rg_nt || !stream)) {
+        if (fast && xn && rg_nt) {
             rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
@@ -958,14 +959,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 }
 
 #if RG_DISPATCH_BF16
-/* A row's y from the vector row loop, stored straight to y, computed in the loop that sums the next
- * row's squares (x from memory; the row after it fetched into the L2 as the loop goes); its own x is
- * in the L1, summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in
- * another, and the vector work of each held back the other's memory traffic ([4096, 4096] from
- * memory, C harness, alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the
- * same rows 2.95 ms; f32 AVX-512 6.64 -> 5.98 ms, AVX2 7.19 -> 6.63 ms; 1024 bf16 rows stored through
- * the cache 1.31 -> 1.27 ms; rows in cache: no change). The same sum and the same steps: the same
- * bits. Returns the next row's sum; y past its whole blocks is left to the row loop. */
+/* A streamed row's y from the vector row loop, computed in the loop that sums the next row's squares
+ * (x from memory; the row after it fetched into the L2 as the loop goes); its own x is in the L1,
+ * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
+ * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
+ * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms). Streamed rows only: rows in cache gain nothing
+ * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
+ * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
+ * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int nt)
 {
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
@@ -1017,10 +1019,10 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* as the loop below: non-temporal stores when streaming to 16-byte aligned rows; streamed rows
-         * that are not go through its piece buffer */
+        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+         * its piece buffer) */
         const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
-        if (fast && xn && (rg_nt || !stream)) {
+        if (fast && xn && rg_nt) {
             rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
