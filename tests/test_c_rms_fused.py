@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import platform
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ import ropegen
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.rms_context import rms_context
 from tests.test_c_lanes import _at_offset
+from tests.test_c_rms_bf16_isa import _cpu_has_avx512bw
 from tests.test_c_rms_vectors import _same
 
 BACKEND = CBackend()
@@ -25,13 +25,6 @@ pytestmark = [
     pytest.mark.skipif(BACKEND.unavailable() is not None, reason=str(BACKEND.unavailable())),
     pytest.mark.skipif(not X86, reason="AVX-512 is an x86 extension"),
 ]
-
-
-def _cpu_has_avx512bw() -> bool:
-    try:
-        return " avx512bw" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
 
 
 # 4096: whole blocks of 1024; 300: one block of 256 and a tail of 44 left to the row loop;
