@@ -35,7 +35,7 @@ SIZES = [0, 1, 15, 17, 31, 33, 127, 129, 1000, CHUNK_BYTES - 1, CHUNK_BYTES + 37
 
 
 @pytest.mark.parametrize("isa", ["base", "avx2", "best"])
-@pytest.mark.parametrize("name", ["copy", "stream"])
+@pytest.mark.parametrize("name", ["copy", "stream", "stream_ahead"])
 def test_copies_copy_every_byte_and_nothing_else(yard, monkeypatch, name, isa):
     if isa != "best":
         monkeypatch.setenv("ROPEGEN_ISA", isa)     # the SSE2 or AVX2 streaming stores, not the widest
@@ -63,11 +63,12 @@ def test_stream_isa_follows_the_override(yard, monkeypatch):
     assert yard.stream_isa() == min(best, 1)
 
 
-def test_runners_time_memcpy_and_the_stream_copy_over_one_pair_of_buffers(yard):
+def test_runners_time_memcpy_and_the_stream_copies_over_one_pair_of_buffers(yard):
     calls = yardstick.runners(yard, "out_of_place", 2 * 100_000, 2)
-    assert list(calls) == ["memcpy", "stream"]
+    assert list(calls) == ["memcpy", "stream", "stream_ahead"]
     src, dst = calls["memcpy"].buffers
-    assert calls["stream"].buffers[0] is src and calls["stream"].buffers[1] is dst
+    for name in ("stream", "stream_ahead"):
+        assert calls[name].buffers[0] is src and calls[name].buffers[1] is dst
     assert src.nbytes == dst.nbytes == 100_000 // 64 * 64
     for name, call in calls.items():
         src[:] = np.arange(src.size) % 251
@@ -91,21 +92,21 @@ def test_pick_is_the_faster_copy():
     assert yardstick.pick("in_place", {"scale": st(3.0)})["used"] == "scale"
 
 
-def test_bench_rows_carry_both_copies_and_use_the_faster():
+def test_bench_rows_carry_every_copy_and_use_the_fastest():
     op = ropegen.compile(ROOT / "examples" / "llama3.rope")["llama3_8b"]
     results = B.bench([op], threads=2, shapes=["T=64,positions=prefill"], repeats=3, peers=())
     out, inp = results
     y = out["yardstick"]
-    assert set(y["copies"]) == {"memcpy", "stream"}
+    assert set(y["copies"]) == {"memcpy", "stream", "stream_ahead"}
     assert y["time_min_s"] == min(c["time_min_s"] for c in y["copies"].values())
     assert y["copies"][y["used"]]["time_min_s"] == y["time_min_s"]
     assert out["ratio_to_copy"] == pytest.approx(y["time_min_s"] / out["time_min_s"])
     assert inp["yardstick"]["used"] == "scale" and set(inp["yardstick"]["copies"]) == {"scale"}
     json.dumps(results)
     table = format_results(results)
-    cp, nt = y["copies"]["memcpy"]["gbps"], y["copies"]["stream"]["gbps"]
-    assert f"{cp:.1f} / {nt:.1f}" in table
-    assert f"{y['gbps']:.1f} {'nt' if y['used'] == 'stream' else 'cp'}" in table
+    cp, nt, pf = (y["copies"][name]["gbps"] for name in ("memcpy", "stream", "stream_ahead"))
+    assert f"{cp:.1f} / {nt:.1f} / {pf:.1f}" in table
+    assert f"{y['gbps']:.1f} {dict(memcpy='cp', stream='nt', stream_ahead='pf')[y['used']]}" in table
 
 
 def test_a_later_runner_of_the_same_size_keeps_the_first_ones_buffers(yard):

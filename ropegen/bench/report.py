@@ -16,7 +16,7 @@ def _fmt_peer(rec: dict[str, Any], name: str) -> str:
 
 
 # the table's short names of the yardstick copies
-_TAGS = {"memcpy": "cp", "stream": "nt", "scale": "sc"}
+_TAGS = {"memcpy": "cp", "stream": "nt", "stream_ahead": "pf", "scale": "sc"}
 
 
 def _used(y: dict[str, Any]) -> str:
@@ -25,11 +25,12 @@ def _used(y: dict[str, Any]) -> str:
 
 
 def _fmt_copies(y: dict[str, Any]) -> str:
-    """memcpy and non-temporal copy GB/s side by side, where the row timed both."""
+    """memcpy's and the non-temporal copies' GB/s side by side (cp / nt / pf), where the row timed them
+    (results from before the copy that fetches ahead have cp / nt)."""
     copies = y.get("copies", {})
     if "memcpy" not in copies or "stream" not in copies:
         return "-"
-    return f"{copies['memcpy']['gbps']:.1f} / {copies['stream']['gbps']:.1f}"
+    return " / ".join(f"{copies[name]['gbps']:.1f}" for name in ("memcpy", "stream", "stream_ahead") if name in copies)
 
 
 def _us(seconds: float) -> str:
@@ -45,7 +46,7 @@ def _fmt_bound(r: dict[str, Any]) -> str:
 def format_results(results: list[dict[str, Any]]) -> str:
     """A table: one line per operator, shape and mode; peers as GB/s (how many times slower)."""
     head = ("operator", "dtype", "shape", "mode", "thr", "call", "cache", "min us", "med us", "bound us", "MB", "GB/s",
-            "copy GB/s", "cp / nt GB/s", "ratio") + tuple(HOST_PEERS)
+            "copy GB/s", "cp / nt / pf GB/s", "ratio") + tuple(HOST_PEERS)
     rows = []
     for r in results:
         rows.append((r["operator"], r["dtype"], r["shape"], r["mode"].replace("_", " "), str(r["threads"]),
@@ -78,9 +79,9 @@ def format_results(results: list[dict[str, Any]]) -> str:
     lines.append("cache: cold = every timed call (kernel, copies, peers) right after a read of a buffer twice the "
                  "last-level cache, so each starts from memory (prefill sizes); hot = right after an untimed call "
                  "of itself (decode sizes, whose data a served model finds cached).")
-    lines.append("GB/s = bytes read + written / min time; copy = the faster of memcpy (cp) and a non-temporal copy "
-                 "(nt) out of place, both timed in the run (cp / nt), or an in-place scale (sc), of the same bytes "
-                 "with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over "
+    lines.append("GB/s = bytes read + written / min time; copy = the fastest of memcpy (cp), a non-temporal copy "
+                 "(nt) and a non-temporal copy fetching its source ahead into the L2 (pf) out of place, all timed in "
+                 "the run (cp / nt / pf), or an in-place scale (sc), of the same bytes with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over "
                  "them, each peer timed in rounds alternating with ropegen's call).")
     return "\n".join(lines)
 
