@@ -30,7 +30,8 @@ def _fmt_copies(y: dict[str, Any]) -> str:
     copies = y.get("copies", {})
     if "memcpy" not in copies or "stream" not in copies:
         return "-"
-    return " / ".join(f"{copies[name]['gbps']:.1f}" for name in ("memcpy", "stream", "stream_ahead") if name in copies)
+    names = [name for name in ("memcpy", "stream", "stream_ahead") if name in copies]
+    return " / ".join(f"{copies[name]['gbps']:.1f}" for name in names)
 
 
 def _us(seconds: float) -> str:
@@ -81,7 +82,8 @@ def format_results(results: list[dict[str, Any]]) -> str:
                  "of itself (decode sizes, whose data a served model finds cached).")
     lines.append("GB/s = bytes read + written / min time; copy = the fastest of memcpy (cp), a non-temporal copy "
                  "(nt) and a non-temporal copy fetching its source ahead into the L2 (pf) out of place, all timed in "
-                 "the run (cp / nt / pf), or an in-place scale (sc), of the same bytes with the same threads; ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over "
-                 "them, each peer timed in rounds alternating with ropegen's call).")
+                 "the run (cp / nt / pf), or an in-place scale (sc), of the same bytes with the same threads; "
+                 "ratio = copy time / kernel time; peers: GB/s (speedup of ropegen over them, each peer timed in "
+                 "rounds alternating with ropegen's call).")
     return "\n".join(lines)
 

@@ -5,8 +5,9 @@ Out-of-place runs are set beside a copy of the same bytes (half read, half writt
 fastest of memcpy, a non-temporal copy ('stream') and a non-temporal copy that fetches its source into
 the L2 ahead ('stream_ahead'), all timed interleaved with the kernel in the same run, since plain memcpy
 in 256 KiB chunks never uses streaming stores and runs well below the machine's copy speed, and a copy
-that does not fetch ahead keeps fewer reads in flight than the kernels' row loops do. In-place runs are set beside an in-place scale over the same bytes ('scale'). Same threads;
-ratio = yardstick time / kernel time, 1.0 = copy speed. The copies themselves are a target's hook
+that does not fetch ahead keeps fewer reads in flight than the kernels' row loops do. In-place runs are
+set beside an in-place scale over the same bytes ('scale'). Same threads; ratio = yardstick time /
+kernel time, 1.0 = copy speed. The copies themselves are a target's hook
 (`copy_yardstick` in backends/<t>/bench.py, found by ropegen.bench.targets), built like that target's
 kernels.
 """
@@ -32,7 +33,8 @@ def build(measured: str):
 
 def runners(yard, mode: str, nbytes: int, threads: int) -> dict[str, Callable[[], Any]]:
     """Every copy to time for a mode, by name ('memcpy', 'stream' and 'stream_ahead' out of place where
-    the target has them; 'scale' in place). The calls own their buffers: keep them as long as they are called."""
+    the target has them; 'scale' in place). The calls own their buffers: keep them as long as they are
+    called."""
     k = kind(mode)
     if hasattr(yard, "runners"):
         return dict(yard.runners(k, nbytes, threads))

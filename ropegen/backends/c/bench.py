@@ -2,9 +2,10 @@
 kernel, and a low-overhead runner that calls a bound kernel directly.
 
 The copy yardstick is the fastest of memcpy, a non-temporal copy and a non-temporal copy that fetches
-its source ahead into the L2, of the same bytes (half read, half written), for out-of-place runs and an in-place scale x *= s over the same bytes for in-place runs, all
-built with the same compiler, flags and OpenMP as the kernels; the same library reads the bench's
-cache-flush buffer on the kernels' threads.
+its source ahead into the L2, of the same bytes (half read, half written), for out-of-place runs, and
+an in-place scale x *= s over the same bytes for in-place runs, all built with the same compiler, flags
+and OpenMP as the kernels; the same library reads the bench's cache-flush buffer on the kernels'
+threads.
 """
 from __future__ import annotations
 
