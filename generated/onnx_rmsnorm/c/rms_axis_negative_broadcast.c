@@ -534,8 +534,9 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(float *yr, const float *xr, const rg_prod *w, __m256 rg_vinv, const float *xn, const float *xnn, int nt)
+static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(float *yr, const float *xr, const rg_prod *w, __m256 rg_vinv, const float *xn, const float *xnn)
 {
+    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     rg_stash total[RG_SUMS] = {0};
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const float *xb = xn + b * RG_BLOCK;
@@ -581,9 +582,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
-        const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
-        if (xn && rg_nt) {
-            rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
+        if (xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+            rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
@@ -621,8 +621,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(float *yr, const float *xr, const rg_prod *w, __m512 rg_vinv, const float *xn, const float *xnn, int nt)
+static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(float *yr, const float *xr, const rg_prod *w, __m512 rg_vinv, const float *xn, const float *xnn)
 {
+    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     rg_stash total[RG_SUMS] = {0};
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const float *xb = xn + b * RG_BLOCK;
@@ -668,9 +669,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
-        const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
-        if (xn && rg_nt) {
-            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
+        if (xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }

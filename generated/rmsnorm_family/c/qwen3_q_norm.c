@@ -863,8 +863,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int nt)
+static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn)
 {
+    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
@@ -919,9 +920,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
-        const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
-        if (fast && xn && rg_nt) {
-            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
+        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
@@ -968,8 +968,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int nt)
+static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn)
 {
+    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
@@ -1021,9 +1022,8 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
-        const int rg_nt = stream && ((uintptr_t)(void *)yr & 15u) == 0;
-        if (fast && xn && rg_nt) {
-            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_nt);
+        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
