@@ -12,6 +12,7 @@ from pathlib import Path
 import ropegen
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.context import rope_context
+from ropegen.backends.c.ctxbase import far_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = {op.name: op for path in sorted((ROOT / "examples").glob("*.rope")) for op in ropegen.compile(path)
@@ -53,6 +54,31 @@ def test_every_kernel_fetches_the_next_tokens_heads_inside_the_chunk_and_sequenc
             # each stream's head loop: this head of the next token (its token step), the head's bytes
             assert body.count("if (rg_ahead) rg_prefetch(rg_xt + rg_h * ") == heads, name
             assert body.count(" * sizeof rg_xt[0]);") >= heads, name
+
+
+def test_vector_kernels_fetch_the_token_far_on_into_the_l2_inside_the_chunk_and_sequence():
+    for name, op in OPS.items():
+        src = CBackend().sources(op.plan, op.spec.file)[f"{op.name}.c"]
+        far = re.search(r"#define RG_FAR (\d+)", src)
+        per_token = sum(t.real_heads * op.plan.head_dim * t.dtype.itemsize
+                        for t in op.plan.inputs if t.name in {s.src for s in op.plan.streams})
+        assert far and int(far.group(1)) == far_tokens(per_token), name
+        guard = ("const int rg_far = rg_t + RG_FAR < rg_t1;" if op.plan.token_layout == "t"
+                 else "const int rg_far = rg_t + RG_FAR < rg_t1 && rg_s + RG_FAR < rg_S;")
+        for body in _variants(src):
+            heads = len(re.findall(r"/\* \w+ = (?:rotate|copy)\(", body))
+            fetches = len(re.findall(r"if \(rg_far\) rg_prefetch_l2\(rg_xt \+ rg_h \* \w+ \+ RG_FAR \* \w+, ", body))
+            if "void rg_run_base(" in body:     # the baseline (every target without the vector variants): none
+                assert "rg_far" not in body, name
+            else:
+                assert guard in body and fetches == heads, name
+
+
+def test_the_far_token_is_about_48_kib_of_input_on():
+    assert far_tokens(10 * 1024) == 5        # llama3 q + k f16: 32 + 8 heads of 128
+    assert far_tokens(20 * 1024) == 3        # and f32
+    assert far_tokens(64 * 1024) == 2        # never the next token only (it is fetched into the L1)
+    assert far_tokens(64) == 16 and far_tokens(0) == 16
 
 
 def test_rmsnorm_fetches_the_next_row_inside_the_chunk():

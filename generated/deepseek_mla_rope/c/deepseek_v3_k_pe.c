@@ -212,6 +212,18 @@ static inline void rg_prefetch(const void *p, size_t n)
 #include <stdlib.h>
 #include <string.h>
 
+#if RG_DISPATCH
+/* n bytes (a line or two) from p into the L2 cache: a vector row loop asks for the next row's line at
+ * each step, so that the row's reads are spread over its compute rather than asked for in bursts
+ * (RMSNorm [4096, 4096] from memory, one thread, in a C harness, before -> after: f32 7.1 -> 6.7 ms,
+ * bf16 5.3-5.9 -> 4.4-4.8 ms). Into the L2 only: the line is read soon after it comes, and a prefetch
+ * into the L1 holds one of the core's few fill buffers the whole way. Only the vector variants use it. */
+static inline void rg_prefetch_l2(const void *p, size_t n)
+{
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 1);
+}
+#endif
+
 /* 0: baseline, 1: AVX2, 2: AVX-512, 3: AVX-512 with AVX512-BF16 (where the kernel has that variant) --
  * the best this CPU runs, or less when the environment variable ROPEGEN_ISA is "base", "avx2" or
  * "avx512" (for tests: every variant gives bit-identical results). */
@@ -684,6 +696,11 @@ static inline void rg_sincos_fix(const double *th, double *s, double *c, int n)
 typedef float rg_c;            /* arithmetic type: bf16r */
 #define RG_NCOLS 32          /* cos/sin columns per position stream */
 #define RG_CHUNK 2048          /* tokens per scheduling chunk */
+/* The vector variants fetch each head of the token RG_FAR on into the L2 as well as the next token's into
+ * the L1: 48 KiB of input ahead keeps more reads in flight than the hardware prefetchers, which
+ * stop at each 4 KiB page (llama3 q + k, T = 4096 / 16384, one thread, fraction of a copy fetching ahead:
+ * f16 0.76 / 0.78 -> 0.85 / 0.86, f32 0.86 / 0.83 -> 0.93 / 0.92; bf16, bound by its compute, unchanged) */
+#define RG_FAR 16
 
 static inline int64_t rg_wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 static inline int64_t rg_wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
@@ -845,6 +862,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         rg_angles(rg_p0, rg_cos0, rg_sin0);
         /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
         const int rg_ahead = rg_t + 1 < rg_t1;
+        /* and the token RG_FAR on, into the L2 (see RG_FAR) */
+        const int rg_far = rg_t + RG_FAR < rg_t1;
 
         /* k_rot = rotate(k_pe): 1 heads */
         {
@@ -852,6 +871,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 1; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_pe_stride_head + k_pe_stride_token, 64 * sizeof rg_xt[0]);
+                if (rg_far) rg_prefetch_l2(rg_xt + rg_h * k_pe_stride_head + RG_FAR * k_pe_stride_token, 64 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_pe_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
@@ -910,6 +930,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         rg_angles(rg_p0, rg_cos0, rg_sin0);
         /* the next token in this chunk (and sequence): its heads are fetched while this token's are rotated */
         const int rg_ahead = rg_t + 1 < rg_t1;
+        /* and the token RG_FAR on, into the L2 (see RG_FAR) */
+        const int rg_far = rg_t + RG_FAR < rg_t1;
 
         /* k_rot = rotate(k_pe): 1 heads */
         {
@@ -917,6 +939,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             uint16_t *rg_yt = k_rot + rg_t * k_rot_stride_token;
             for (int64_t rg_h = 0; rg_h < 1; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * k_pe_stride_head + k_pe_stride_token, 64 * sizeof rg_xt[0]);
+                if (rg_far) rg_prefetch_l2(rg_xt + rg_h * k_pe_stride_head + RG_FAR * k_pe_stride_token, 64 * sizeof rg_xt[0]);
                 const uint16_t *rg_xh = rg_xt + rg_h * k_pe_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and

@@ -8,7 +8,7 @@ from typing import Any
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c import facts
 from ropegen.backends.c.abi import function_name, rope_abi, words_function_name
-from ropegen.backends.c.ctxbase import CHUNK_BYTES, param_name, scalar_expr, size_expr, stream_min
+from ropegen.backends.c.ctxbase import CHUNK_BYTES, FAR_BYTES, far_tokens, param_name, scalar_expr, size_expr, stream_min
 from ropegen.backends.c.rms_context import rms_context
 from ropegen.lower.abi import Param
 from ropegen.lower.strides import token_dims
@@ -103,6 +103,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         sin_negate=p.sin_sign < 0,
         chunk_tokens=max(1, CHUNK_BYTES // max(1, per_token)),
         stream_min_tokens=stream_min(p.out_dtype or p.storage, per_token),
+        far_tokens=far_tokens(per_token), far_bytes=FAR_BYTES, prefetch_l2=True,
         angles_kind=kind,
         freq=param_name(params, "freq") if getattr(p.angles, "length_unit", None) else "",
         ff=param_name(params, "in", ff) if ff else "",

@@ -26,6 +26,17 @@ def stream_min(out: DType, bytes_per_item: int) -> int:
     return max(1, STREAM_BYTES // max(1, bytes_per_item))
 
 
+# The vector RoPE variants fetch the heads of the token about this many input bytes on into the L2
+# (rope.c.j2's RG_FAR); llama3 q + k f16 from memory ran alike with 3 to 8 tokens (30 to 80 KiB) ahead.
+FAR_BYTES = 48 * 1024
+
+
+def far_tokens(bytes_per_token: int) -> int:
+    """Tokens between a token and the one whose heads are fetched into the L2 while it is rotated:
+    FAR_BYTES of input, at least 2 (the next token is fetched into the L1) and at most 16."""
+    return max(2, min(16, -(-FAR_BYTES // max(1, bytes_per_token))))
+
+
 def param_name(params: list[Param], *source) -> str:
     """The C identifier of the parameter the host fills from `source` (see lower/abi.py)."""
     return find(params, *source).name
