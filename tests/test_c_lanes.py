@@ -85,7 +85,7 @@ ROPE_OPS = [op for src in [*EXAMPLES, ROOT / "bench" / "llama3_f16.rope", EXTRA]
             if op.kind == "rope"]
 # normalized streams keep their own float path (test_head_norm_speedpath.py)
 LANE_OPS = [op for op in ROPE_OPS if rope_context(op.plan)["lanes"] and not any(s.norm for s in op.plan.streams)]
-ISAS = ("base", "avx2", "")        # "": the best this CPU runs (AVX-512 where it has it)
+ISAS = ("base", "avx2", "avx512", "")    # "": the best this CPU runs (AVX-512, with AVX512-BF16 where it has it)
 SPECIALS = {
     "f32": [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-39, 3.4e38, -3.4e38],
     "f16": [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 6e-8, -3e-5, 65504.0, -65504.0],

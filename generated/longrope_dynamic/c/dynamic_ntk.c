@@ -191,7 +191,7 @@ static inline void rg_prefetch(const void *p, size_t n)
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
- * with a use for AVX512-BF16 (RMSNorm's bf16 rows) has a fourth, AVX-512 with it. Elsewhere,
+ * with a use for AVX512-BF16 (RMSNorm's bf16 rows, RoPE's dealt bf16 pairs) has a fourth, AVX-512 with it. Elsewhere,
  * or when the whole file is built for AVX2 already (e.g. -march=native), only the baseline exists.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__AVX2__) \
@@ -397,6 +397,18 @@ static inline void rg_stream_fence(void) {}
 #define RG_SIMD _Pragma("GCC ivdep")
 #else
 #define RG_SIMD
+#endif
+
+/* a vector loop of a few steps (a RoPE head's pairs): unrolled whole, so that the cos / sin vectors of
+ * every step stay in registers across the token's heads rather than being loaded again at each step
+ * (llama3 bf16 q + k, the AVX512-BF16 variant, one thread: 0.72-0.73 -> 0.78-0.81 of a copy in a C
+ * harness; GCC unrolled the f16 and f32 loops whole already) */
+#if defined(__clang__)
+#define RG_UNROLL _Pragma("unroll 8")
+#elif defined(__GNUC__)
+#define RG_UNROLL _Pragma("GCC unroll 8")
+#else
+#define RG_UNROLL
 #endif
 
 /* ---- sin and cos in double, vectorisable ---------------------------------------------------
@@ -680,6 +692,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 64; rg_j += 16) {
                         const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
                         const __m256 xa1 = rg_vld_f32_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f32_avx2(rg_x + 64 + 1 * (rg_j + 8));
@@ -721,6 +734,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 64; rg_j += 16) {
                         const __m256 xa = rg_vld_f32_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx2(rg_x + 64 + 1 * rg_j);
                         const __m256 xa1 = rg_vld_f32_avx2(rg_x + 0 + 1 * (rg_j + 8)), xb1 = rg_vld_f32_avx2(rg_x + 64 + 1 * (rg_j + 8));
@@ -809,6 +823,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 64; rg_j += 16) {
                         const __m512 xa = rg_vld_f32_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx512(rg_x + 64 + 1 * rg_j);
                         const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);
@@ -843,6 +858,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const float *rg_x = rg_xh + rg_u * 128;
                     float *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 64; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 64; rg_j += 16) {
                         const __m512 xa = rg_vld_f32_avx512(rg_x + 0 + 1 * rg_j), xb = rg_vld_f32_avx512(rg_x + 64 + 1 * rg_j);
                         const __m512 ca = rg_vld_f32_avx512(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx512(rg_sin0 + 0 + 1 * rg_j);

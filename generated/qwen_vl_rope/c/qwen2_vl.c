@@ -191,7 +191,7 @@ static inline void rg_prefetch(const void *p, size_t n)
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
- * with a use for AVX512-BF16 (RMSNorm's bf16 rows) has a fourth, AVX-512 with it. Elsewhere,
+ * with a use for AVX512-BF16 (RMSNorm's bf16 rows, RoPE's dealt bf16 pairs) has a fourth, AVX-512 with it. Elsewhere,
  * or when the whole file is built for AVX2 already (e.g. -march=native), only the baseline exists.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__AVX2__) \
@@ -574,6 +574,18 @@ static inline void rg_stream_fence(void) {}
 #define RG_SIMD _Pragma("GCC ivdep")
 #else
 #define RG_SIMD
+#endif
+
+/* a vector loop of a few steps (a RoPE head's pairs): unrolled whole, so that the cos / sin vectors of
+ * every step stay in registers across the token's heads rather than being loaded again at each step
+ * (llama3 bf16 q + k, the AVX512-BF16 variant, one thread: 0.72-0.73 -> 0.78-0.81 of a copy in a C
+ * harness; GCC unrolled the f16 and f32 loops whole already) */
+#if defined(__clang__)
+#define RG_UNROLL _Pragma("unroll 8")
+#elif defined(__GNUC__)
+#define RG_UNROLL _Pragma("GCC unroll 8")
+#else
+#define RG_UNROLL
 #endif
 
 /* ---- sin and cos in double, vectorisable ---------------------------------------------------
@@ -970,6 +982,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
@@ -981,6 +994,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
@@ -992,6 +1006,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
@@ -1024,6 +1039,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
@@ -1035,6 +1051,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
@@ -1046,6 +1063,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
@@ -1126,6 +1144,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
@@ -1137,6 +1156,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
@@ -1148,6 +1168,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);
@@ -1180,6 +1201,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const uint16_t *rg_x = rg_xh + rg_u * 128;
                     uint16_t *rg_y = rg_dst + rg_u * 128;
                     /* pairs (0 + 1j, 64 + 1j), j < 16; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 16; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 0 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 64 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos0 + 0 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin0 + 0 + 1 * rg_j);
@@ -1191,6 +1213,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_vstp_bf16_avx2(rg_y + 0 + rg_j, rg_y + 64 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (16 + 1j, 80 + 1j), j < 24; columns 16 + 1j; position stream 1 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 16 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 80 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos1 + 16 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin1 + 16 + 1 * rg_j);
@@ -1202,6 +1225,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         rg_vstp_bf16_avx2(rg_y + 16 + rg_j, rg_y + 80 + rg_j, ya, yb, rg_nt);
                     }
                     /* pairs (40 + 1j, 104 + 1j), j < 24; columns 40 + 1j; position stream 2 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 24; rg_j += 8) {
                         const __m256 xa = rg_vld_bf16_avx2(rg_x + 40 + 1 * rg_j), xb = rg_vld_bf16_avx2(rg_x + 104 + 1 * rg_j);
                         const __m256 ca = rg_vld_f32_avx2(rg_cos2 + 40 + 1 * rg_j), sa = rg_vld_f32_avx2(rg_sin2 + 40 + 1 * rg_j);

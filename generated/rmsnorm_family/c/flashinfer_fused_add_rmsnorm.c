@@ -192,7 +192,7 @@ static inline void rg_prefetch(const void *p, size_t n)
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
- * with a use for AVX512-BF16 (RMSNorm's bf16 rows) has a fourth, AVX-512 with it. Elsewhere,
+ * with a use for AVX512-BF16 (RMSNorm's bf16 rows, RoPE's dealt bf16 pairs) has a fourth, AVX-512 with it. Elsewhere,
  * or when the whole file is built for AVX2 already (e.g. -march=native), only the baseline exists.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__AVX2__) \
@@ -342,6 +342,18 @@ static inline void rg_stream_fence(void) {}
 #define RG_SIMD _Pragma("GCC ivdep")
 #else
 #define RG_SIMD
+#endif
+
+/* a vector loop of a few steps (a RoPE head's pairs): unrolled whole, so that the cos / sin vectors of
+ * every step stay in registers across the token's heads rather than being loaded again at each step
+ * (llama3 bf16 q + k, the AVX512-BF16 variant, one thread: 0.72-0.73 -> 0.78-0.81 of a copy in a C
+ * harness; GCC unrolled the f16 and f32 loops whole already) */
+#if defined(__clang__)
+#define RG_UNROLL _Pragma("unroll 8")
+#elif defined(__GNUC__)
+#define RG_UNROLL _Pragma("GCC unroll 8")
+#else
+#define RG_UNROLL
 #endif
 
 #define RG_N 4096            /* elements per normalized row */

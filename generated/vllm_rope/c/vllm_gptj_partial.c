@@ -191,7 +191,7 @@ static inline void rg_prefetch(const void *p, size_t n)
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
- * with a use for AVX512-BF16 (RMSNorm's bf16 rows) has a fourth, AVX-512 with it. Elsewhere,
+ * with a use for AVX512-BF16 (RMSNorm's bf16 rows, RoPE's dealt bf16 pairs) has a fourth, AVX-512 with it. Elsewhere,
  * or when the whole file is built for AVX2 already (e.g. -march=native), only the baseline exists.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__AVX2__) \
@@ -520,6 +520,18 @@ static inline void rg_stream_fence(void) {}
 #define RG_SIMD
 #endif
 
+/* a vector loop of a few steps (a RoPE head's pairs): unrolled whole, so that the cos / sin vectors of
+ * every step stay in registers across the token's heads rather than being loaded again at each step
+ * (llama3 bf16 q + k, the AVX512-BF16 variant, one thread: 0.72-0.73 -> 0.78-0.81 of a copy in a C
+ * harness; GCC unrolled the f16 and f32 loops whole already) */
+#if defined(__clang__)
+#define RG_UNROLL _Pragma("unroll 8")
+#elif defined(__GNUC__)
+#define RG_UNROLL _Pragma("GCC unroll 8")
+#else
+#define RG_UNROLL
+#endif
+
 typedef float rg_c;            /* arithmetic type: f32 */
 #define RG_NCOLS 32          /* cos/sin columns per position stream */
 #define RG_CHUNK 16          /* tokens per scheduling chunk */
@@ -743,6 +755,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const uint16_t *rg_x = rg_xh + rg_u * 256;
                     uint16_t *rg_y = rg_dst + rg_u * 256;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 32; rg_j += 8) {
                         __m256 xa, xb;
                         rg_vld2_f16_avx2(rg_x + 0 + 2 * rg_j, &xa, &xb);
@@ -778,6 +791,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                     const uint16_t *rg_x = rg_xh + rg_u * 256;
                     uint16_t *rg_y = rg_dst + rg_u * 256;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 32; rg_j += 8) {
                         __m256 xa, xb;
                         rg_vld2_f16_avx2(rg_x + 0 + 2 * rg_j, &xa, &xb);
@@ -861,6 +875,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const uint16_t *rg_x = rg_xh + rg_u * 256;
                     uint16_t *rg_y = rg_dst + rg_u * 256;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 32; rg_j += 16) {
                         __m512 xa, xb;
                         rg_vld2_f16_avx512(rg_x + 0 + 2 * rg_j, &xa, &xb);
@@ -896,6 +911,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                     const uint16_t *rg_x = rg_xh + rg_u * 256;
                     uint16_t *rg_y = rg_dst + rg_u * 256;
                     /* pairs (0 + 2j, 1 + 2j), j < 32; columns 0 + 1j; position stream 0 */
+                    RG_UNROLL
                     for (int rg_j = 0; rg_j < 32; rg_j += 16) {
                         __m512 xa, xb;
                         rg_vld2_f16_avx512(rg_x + 0 + 2 * rg_j, &xa, &xb);

@@ -103,7 +103,7 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
         sin_negate=p.sin_sign < 0,
         chunk_tokens=max(1, CHUNK_BYTES // max(1, per_token)),
         stream_min_tokens=stream_min(p.out_dtype or p.storage, per_token),
-        far_tokens=far_tokens(per_token), far_bytes=FAR_BYTES, prefetch_l2=True,
+        far_tokens=far_tokens(per_token), far_kib=FAR_BYTES // 1024, prefetch_l2=True,
         angles_kind=kind,
         freq=param_name(params, "freq") if getattr(p.angles, "length_unit", None) else "",
         ff=param_name(params, "in", ff) if ff else "",
@@ -194,7 +194,7 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     t = p.storage.name
     rounded = arith in facts.VGRID and arith == f"{t}r"    # compute = storage: rounded in the lanes
     if fp8 or not (arith == "f32" or rounded) or t not in ("f32", "f16", "bf16") or not (runs or woven):
-        return dict(lanes={}, lanes_t="", lanes_interleaved=False)
+        return dict(lanes={}, lanes_t="", lanes_interleaved=False, bf16_isa=False, bf16_isa_std=False)
 
     def dealt(width: int) -> bool:
         # bf16 runs, two registers of pairs a step: loaded and stored whole, the even and odd values
@@ -230,8 +230,15 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         lanes["rg_run_avx2"] = form("avx2", 8)
         # AVX-512 runs eight lanes (the AVX2 forms) where sixteen do not divide every block
         lanes["rg_run_avx512"] = form("avx512", 16) if divides(16) else form("avx2", 8)
+    # bf16 pairs stored dealt from sixteen lanes (runs dealt, or interleaved pairs) get the AVX512-BF16
+    # variant, the AVX-512 form with each store rounded by vcvtne2ps2bf16 (rg_vstd_bf16_avx512bf16)
+    wide16 = lanes.get("rg_run_avx512", {}).get("w") == 16
+    bf16_isa = t == "bf16" and wide16 and (lanes["rg_run_avx512"]["deal"] or not runs)
+    if bf16_isa:
+        lanes["rg_run_avx512bf16"] = dict(lanes["rg_run_avx512"], std="rg_vstd_bf16_avx512bf16",
+                                          st2="rg_vstd_bf16_avx512bf16" if not runs else lanes["rg_run_avx512"]["st2"])
     return dict(lanes=lanes, lanes_t=t if lanes else "", lanes_interleaved=bool(lanes) and not runs,
-                lanes_elem=facts.element(p.storage))
+                lanes_elem=facts.element(p.storage), bf16_isa=bf16_isa, bf16_isa_std=bf16_isa)
 
 
 def _rope_quant(p: RopePlan, arith: str) -> dict[str, Any]:
