@@ -237,6 +237,8 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     if bf16_isa:
         lanes["rg_run_avx512bf16"] = dict(lanes["rg_run_avx512"], std="rg_vstd_bf16_avx512bf16",
                                           st2="rg_vstd_bf16_avx512bf16" if not runs else lanes["rg_run_avx512"]["st2"])
+    # bf16_isa: the fourth variant (_host.inc.j2, as RMSNorm's bf16 rows have it); bf16_isa_std: its
+    # store helper (_dispatch.inc.j2), which only RoPE's lanes call
     return dict(lanes=lanes, lanes_t=t if lanes else "", lanes_interleaved=bool(lanes) and not runs,
                 lanes_elem=facts.element(p.storage), bf16_isa=bf16_isa, bf16_isa_std=bf16_isa)
 
