@@ -97,8 +97,9 @@ _STORE_MAIN = r"""
 #include <stdio.h>
 #if RG_DISPATCH_BF16
 /* every STEP-th float bit pattern (all exponents, spread mantissas), 32 at a time as one store's even and
- * odd lanes: the variant's store against the AVX-512 one (the carry form); counts the stores that took
- * the instruction (no subnormal or NaN among their 32 values) and those that did not */
+ * odd lanes: the variant's store against the AVX-512 one (the carry form), and both AVX-512 stores and the
+ * AVX2 one against the scalar rounding; counts the stores that took the instruction (no subnormal or NaN
+ * among their 32 values) and those that did not */
 static RG_TARGET_AVX512BF16 void rg_check(unsigned long *bad, unsigned long *fast, unsigned long *slow)
 {
     for (uint64_t b = 0; b < (1ull << 32); b += 32 * STEP) {
@@ -106,16 +107,19 @@ static RG_TARGET_AVX512BF16 void rg_check(unsigned long *bad, unsigned long *fas
         for (int k = 0; k < 32; ++k) u[k] = (uint32_t)(b + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
         const __m512 even = _mm512_castsi512_ps(_mm512_loadu_si512(u));
         const __m512 odd = _mm512_castsi512_ps(_mm512_loadu_si512(u + 16));
-        uint16_t got[32], want[32];
+        uint16_t got[32], want[32], avx2[32];
         rg_vstd_bf16_avx512bf16(got, even, odd, 0);
         rg_vstd_bf16_avx512(want, even, odd, 0);
+        /* and the AVX2 variant's store, eight pairs at a time: words 0-15 from lanes 0-7, 16-31 from 8-15 */
+        rg_vstd_bf16_avx2(avx2, _mm512_castps512_ps256(even), _mm512_castps512_ps256(odd), 0);
+        rg_vstd_bf16_avx2(avx2 + 16, _mm512_extractf32x8_ps(even, 1), _mm512_extractf32x8_ps(odd, 1), 0);
         int flagged = 0;
         for (int k = 0; k < 32; ++k) {
             const uint32_t e = (u[k] >> 23) & 0xff, m = u[k] & 0x7fffff;
             flagged |= (e == 0 && m) || (e == 0xff && m);
             /* word 2i holds even lane i (u[i]), word 2i + 1 odd lane i (u[16 + i]) */
             const uint32_t v = u[k % 2 ? 16 + k / 2 : k / 2];
-            *bad += got[k] != want[k] || want[k] != rg_f32_to_bf16(rg_bits_f32(v));
+            *bad += got[k] != want[k] || avx2[k] != want[k] || want[k] != rg_f32_to_bf16(rg_bits_f32(v));
         }
         *fast += !flagged;
         *slow += flagged;
@@ -138,7 +142,8 @@ int main(void)
 @pytest.mark.parametrize("step", [61, 4093])
 def test_the_store_gives_the_carry_forms_bits_for_every_float(step):
     """Every exponent, both signs, zeros, subnormals, infinities, quiet and signalling NaNs: in stores
-    that take the instruction and in stores that fall back to the carry form."""
+    that take the instruction and in stores that fall back to the carry form; the AVX-512 and AVX2
+    variants' dealt stores give the scalar rounding's bits too."""
     op = OPS["cached_bf16"]
     src = op.sources["c"]
     exe = cbuild.build({"cached_bf16.h": src["cached_bf16.h"],
