@@ -405,7 +405,7 @@ static inline void rg_stream_fence(void) {}
  * harness; GCC unrolled the f16 and f32 loops whole already) */
 #if defined(__clang__)
 #define RG_UNROLL _Pragma("unroll 8")
-#elif defined(__GNUC__)
+#elif defined(__GNUC__) && __GNUC__ >= 8     /* the pragma came with GCC 8 */
 #define RG_UNROLL _Pragma("GCC unroll 8")
 #else
 #define RG_UNROLL
