@@ -188,6 +188,21 @@ static inline void rg_prefetch(const void *p, size_t n)
 #endif
 }
 
+/* n bytes (a line or two) from p into the L2 cache: a vector row loop asks for the next row's line at
+ * each step, so that the row's reads are spread over its compute rather than asked for in bursts
+ * (RMSNorm [4096, 4096] from memory, one thread, in a C harness, before -> after: f32 7.1 -> 6.7 ms,
+ * bf16 5.3-5.9 -> 4.4-4.8 ms). Into the L2 only: the line is read soon after it comes, and a prefetch
+ * into the L1 holds one of the core's few fill buffers the whole way. The kernels' vector variants and
+ * the bench's copy that fetches ahead use it. */
+static inline void rg_prefetch_l2(const void *p, size_t n)
+{
+#if defined(__GNUC__)
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 1);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 /* ---- loop bodies per instruction set -------------------------------------------------------
  * The token (or row) loop is compiled three times on x86 with GCC or Clang: for the baseline, AVX2
  * and AVX-512 (never FMA: the rounding is the same in all three), and picked at run time; a kernel
@@ -211,18 +226,6 @@ static inline void rg_prefetch(const void *p, size_t n)
 
 #include <stdlib.h>
 #include <string.h>
-
-#if RG_DISPATCH
-/* n bytes (a line or two) from p into the L2 cache: a vector row loop asks for the next row's line at
- * each step, so that the row's reads are spread over its compute rather than asked for in bursts
- * (RMSNorm [4096, 4096] from memory, one thread, in a C harness, before -> after: f32 7.1 -> 6.7 ms,
- * bf16 5.3-5.9 -> 4.4-4.8 ms). Into the L2 only: the line is read soon after it comes, and a prefetch
- * into the L1 holds one of the core's few fill buffers the whole way. Only the vector variants use it. */
-static inline void rg_prefetch_l2(const void *p, size_t n)
-{
-    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 1);
-}
-#endif
 
 /* 0: baseline, 1: AVX2, 2: AVX-512, 3: AVX-512 with AVX512-BF16 (where the kernel has that variant) --
  * the best this CPU runs, or less when the environment variable ROPEGEN_ISA is "base", "avx2" or

@@ -235,8 +235,9 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     wide16 = lanes.get("rg_run_avx512", {}).get("w") == 16
     bf16_isa = t == "bf16" and wide16 and (lanes["rg_run_avx512"]["deal"] or not runs)
     if bf16_isa:
-        lanes["rg_run_avx512bf16"] = dict(lanes["rg_run_avx512"], std="rg_vstd_bf16_avx512bf16",
-                                          st2="rg_vstd_bf16_avx512bf16" if not runs else lanes["rg_run_avx512"]["st2"])
+        # (bf16's dealt store serves runs (std) and interleaved pairs (st2) alike)
+        store = "rg_vstd_bf16_avx512bf16"
+        lanes["rg_run_avx512bf16"] = dict(lanes["rg_run_avx512"], std=store, st2=store)
     # bf16_isa: the fourth variant (_host.inc.j2, as RMSNorm's bf16 rows have it); bf16_isa_std: its
     # store helper (_dispatch.inc.j2), which only RoPE's lanes call
     return dict(lanes=lanes, lanes_t=t if lanes else "", lanes_interleaved=bool(lanes) and not runs,
