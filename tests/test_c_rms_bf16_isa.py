@@ -220,9 +220,10 @@ def test_the_best_variant_here_is_the_bf16_one():
 
 
 def test_the_avx512_variants_sum_bf16_rows_in_registers():
-    """Both AVX-512 variants of a bf16 row sum its blocks by rg_vsum_squares_bf16 (a word permutation
-    widens each vector: 12 vector instructions for 64 elements, where GCC makes 18 of the portable
-    loops); the others keep the portable loops; the tests above compare their bits."""
+    """Both AVX-512 variants of a bf16 row sum its blocks by rg_vsum_squares_bf16 (each load's words
+    widened by a shift and a mask, dealt even / odd into the accumulators' lanes and put back in order
+    by rg_vsum_undeal); the others keep the portable loops; the tests above and below compare their
+    bits."""
     for name, vec in (("b4096", True), ("b300", True), ("f4096", False)):
         src = OPS[name].sources["c"][f"{name}.c"]
         for variant in ("rg_run_base", "rg_run_avx2", "rg_run_avx512", "rg_run_avx512bf16"):

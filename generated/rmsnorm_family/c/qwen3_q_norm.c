@@ -696,7 +696,8 @@ static inline rg_stash rg_sum_squares(const uint16_t *x)
 #if RG_DISPATCH
 /* bf16 x widened into float lanes by one word permutation: element j (lo) or 16 + j (hi) of the 32
  * in v into the upper half of lane j, zeros below (exact); one instruction where a zero extension and
- * a shift are two */
+ * a shift are two. The row step (rg_vrms_bf16) widens so: vcvtne2ps2bf16 packs its results back in
+ * the order of these halves. */
 static inline RG_TARGET_AVX512 __m512 rg_vwiden_lo_bf16(__m512i v)
 {
     const __m512i lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
@@ -709,22 +710,39 @@ static inline RG_TARGET_AVX512 __m512 rg_vwiden_hi_bf16(__m512i v)
                                         23, 23, 22, 22, 21, 21, 20, 20, 19, 19, 18, 18, 17, 17, 16, 16);
     return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, hi, v));
 }
-/* rg_sum_squares with a bf16 row's blocks summed in AVX-512 registers, each vector of 16 widened by
- * rg_vwiden_lo_bf16: the same sums in the same order (accumulator j, lane l: element k + 16 j + l), so
- * the same bits, in 12 vector instructions for 64 elements where GCC makes 18 of the loops above
- * (RMSNorm [4096, 4096] bf16 from memory, one thread, C harness, median of 12: 3.99 -> 3.90 ms) */
+/* a bf16 row's sum in registers widens the 32 words of a load in two instructions that use no word
+ * permutation (the row loops' own step already keeps that port busy): the even words shifted up
+ * (rg_vwiden_even_bf16), the odd ones masked in place (rg_vwiden_odd_bf16); both exact */
+static inline RG_TARGET_AVX512 __m512 rg_vwiden_even_bf16(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+static inline RG_TARGET_AVX512 __m512 rg_vwiden_odd_bf16(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u))); }
+/* Accumulators e and o as rg_vwiden_even / odd dealt them: lane m of e holds the sum of element 2 m of
+ * the 32 (of 64 at each step) it sums, lane m of o that of element 2 m + 1. Stored back in the
+ * portable order: partial sum 2 m at total[2 m], 2 m + 1 at total[2 m + 1]. */
+static inline RG_TARGET_AVX512 void rg_vsum_undeal(rg_stash *total, __m512 e, __m512 o)
+{
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    _mm512_storeu_ps(total, _mm512_permutex2var_ps(e, lo, o));
+    _mm512_storeu_ps(total + 16, _mm512_permutex2var_ps(e, hi, o));
+}
+/* rg_sum_squares with a bf16 row's blocks summed in AVX-512 registers: the same sums in the same
+ * order, each partial sum in its own lane (dealt even / odd, rg_vsum_undeal), so the same bits, in 14
+ * vector instructions for 64 elements and none of them a word permutation (RMSNorm rows of 4096 in
+ * cache, one thread: the sum 191 -> 150 ns a row, with its y step 720 -> 673 ns; [4096, 4096] and
+ * [16384, 4096] from memory, C harness, alternated: 0.68-0.73 -> 0.71-0.77 of a copy fetching ahead) */
 static inline RG_TARGET_AVX512 rg_stash rg_vsum_squares_bf16(const uint16_t *x)
 {
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
+    /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const uint16_t *xb = x + b * RG_BLOCK;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
-            const __m512 v0 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k))));
-            const __m512 v1 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 16))));
-            const __m512 v2 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 32))));
-            const __m512 v3 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 48))));
+            const __m512i u0 = _mm512_loadu_si512((const void *)(xb + k));
+            const __m512i u1 = _mm512_loadu_si512((const void *)(xb + k + 32));
+            const __m512 v0 = rg_vwiden_even_bf16(u0), v1 = rg_vwiden_odd_bf16(u0);
+            const __m512 v2 = rg_vwiden_even_bf16(u1), v3 = rg_vwiden_odd_bf16(u1);
             a0 += v0 * v0;
             a1 += v1 * v1;
             a2 += v2 * v2;
@@ -736,10 +754,8 @@ static inline RG_TARGET_AVX512 rg_stash rg_vsum_squares_bf16(const uint16_t *x)
         t3 += a3;
     }
     rg_stash total[RG_SUMS];
-    _mm512_storeu_ps(total, t0);
-    _mm512_storeu_ps(total + 16, t1);
-    _mm512_storeu_ps(total + 32, t2);
-    _mm512_storeu_ps(total + 48, t3);
+    rg_vsum_undeal(total, t0, t1);
+    rg_vsum_undeal(total + 32, t2, t3);
     return rg_sum_rest(x, total);
 }
 #endif
@@ -882,15 +898,16 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
+    /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const uint16_t *xb = xn + b * RG_BLOCK;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
-            const __m512 v0 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k))));
-            const __m512 v1 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 16))));
-            const __m512 v2 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 32))));
-            const __m512 v3 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 48))));
+            const __m512i u0 = _mm512_loadu_si512((const void *)(xb + k));
+            const __m512i u1 = _mm512_loadu_si512((const void *)(xb + k + 32));
+            const __m512 v0 = rg_vwiden_even_bf16(u0), v1 = rg_vwiden_odd_bf16(u0);
+            const __m512 v2 = rg_vwiden_even_bf16(u1), v3 = rg_vwiden_odd_bf16(u1);
             a0 += v0 * v0;
             a1 += v1 * v1;
             a2 += v2 * v2;
@@ -910,10 +927,8 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
         t3 += a3;
     }
     rg_stash total[RG_SUMS];
-    _mm512_storeu_ps(total, t0);
-    _mm512_storeu_ps(total + 16, t1);
-    _mm512_storeu_ps(total + 32, t2);
-    _mm512_storeu_ps(total + 48, t3);
+    rg_vsum_undeal(total, t0, t1);
+    rg_vsum_undeal(total + 32, t2, t3);
     return rg_sum_rest(xn, total);
 }
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
@@ -987,15 +1002,16 @@ static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
+    /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const uint16_t *xb = xn + b * RG_BLOCK;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
-            const __m512 v0 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k))));
-            const __m512 v1 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 16))));
-            const __m512 v2 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 32))));
-            const __m512 v3 = rg_vwiden_lo_bf16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(xb + k + 48))));
+            const __m512i u0 = _mm512_loadu_si512((const void *)(xb + k));
+            const __m512i u1 = _mm512_loadu_si512((const void *)(xb + k + 32));
+            const __m512 v0 = rg_vwiden_even_bf16(u0), v1 = rg_vwiden_odd_bf16(u0);
+            const __m512 v2 = rg_vwiden_even_bf16(u1), v3 = rg_vwiden_odd_bf16(u1);
             a0 += v0 * v0;
             a1 += v1 * v1;
             a2 += v2 * v2;
@@ -1012,10 +1028,8 @@ static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr
         t3 += a3;
     }
     rg_stash total[RG_SUMS];
-    _mm512_storeu_ps(total, t0);
-    _mm512_storeu_ps(total + 16, t1);
-    _mm512_storeu_ps(total + 32, t2);
-    _mm512_storeu_ps(total + 48, t3);
+    rg_vsum_undeal(total, t0, t1);
+    rg_vsum_undeal(total + 32, t2, t3);
     return rg_sum_rest(xn, total);
 }
 static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
