@@ -1,9 +1,9 @@
 """The C backend fetches the next token's cos / sin table rows while a token is rotated, where a
 positions input picks the rows (they can lie anywhere in the table), and the next token's heads (every
 kernel: the hardware prefetchers stop at each 4 KiB page). A prefetch is a hint: what these tests
-check is which plans print it and that it reads the next token's position, or points at the next
-token's heads, only inside the chunk and the sequence (the sanitizer run of every example in
-test_c_backend.py fails on a read past the positions)."""
+check is which plans print it and that it reads the next token's position only inside the chunk, and
+points at a later token's heads only inside the call's tokens and the sequence (the sanitizer run of
+every example in test_c_backend.py fails on a read past the positions)."""
 from __future__ import annotations
 
 import re
@@ -42,29 +42,34 @@ def _variants(src: str) -> list[str]:
     return [src[a:b] for a, b in zip(at, at[1:] + [len(src)])]
 
 
-def test_every_kernel_fetches_the_next_tokens_heads_inside_the_chunk_and_sequence():
+# the call's tokens, B * S (T when packed), not the chunk's: the thread that takes a chunk mostly takes
+# the next one too, and a chunk's last tokens would otherwise fetch nothing ahead
+_NTOK = "const int64_t rg_ntok = rg_B * rg_S;"
+
+
+def test_every_kernel_fetches_the_next_tokens_heads_inside_the_call_and_sequence():
     for name, op in OPS.items():
         src = CBackend().sources(op.plan, op.spec.file)[f"{op.name}.c"]
-        # packed tokens: the next token of the chunk; batch and sequence: of the chunk and the sequence
-        guard = ("const int rg_ahead = rg_t + 1 < rg_t1;" if op.plan.token_layout == "t"
-                 else "const int rg_ahead = rg_t + 1 < rg_t1 && rg_s + 1 < rg_S;")
+        # packed tokens: the next token of the call; batch and sequence: of the call and the sequence
+        guard = ("const int rg_ahead = rg_t + 1 < rg_ntok;" if op.plan.token_layout == "t"
+                 else "const int rg_ahead = rg_t + 1 < rg_ntok && rg_s + 1 < rg_S;")
         for body in _variants(src):
             heads = len(re.findall(r"/\* \w+ = (?:rotate|copy)\(", body))     # one head loop a stream
-            assert guard in body and heads, name
+            assert _NTOK in body and guard in body and heads, name
             # each stream's head loop: this head of the next token (its token step), the head's bytes
             assert body.count("if (rg_ahead) rg_prefetch(rg_xt + rg_h * ") == heads, name
             assert body.count(" * sizeof rg_xt[0]);") >= heads, name
 
 
-def test_vector_kernels_fetch_the_token_far_on_into_the_l2_inside_the_chunk_and_sequence():
+def test_vector_kernels_fetch_the_token_far_on_into_the_l2_inside_the_call_and_sequence():
     for name, op in OPS.items():
         src = CBackend().sources(op.plan, op.spec.file)[f"{op.name}.c"]
         far = re.search(r"#define RG_FAR (\d+)", src)
         per_token = sum(t.real_heads * op.plan.head_dim * t.dtype.itemsize
                         for t in op.plan.inputs if t.name in {s.src for s in op.plan.streams})
         assert far and int(far.group(1)) == far_tokens(per_token), name
-        guard = ("const int rg_far = rg_t + RG_FAR < rg_t1;" if op.plan.token_layout == "t"
-                 else "const int rg_far = rg_t + RG_FAR < rg_t1 && rg_s + RG_FAR < rg_S;")
+        guard = ("const int rg_far = rg_t + RG_FAR < rg_ntok;" if op.plan.token_layout == "t"
+                 else "const int rg_far = rg_t + RG_FAR < rg_ntok && rg_s + RG_FAR < rg_S;")
         for body in _variants(src):
             heads = len(re.findall(r"/\* \w+ = (?:rotate|copy)\(", body))
             fetches = len(re.findall(r"if \(rg_far\) rg_prefetch_l2\(rg_xt \+ rg_h \* \w+ \+ RG_FAR \* \w+, ", body))
