@@ -219,11 +219,13 @@ def test_the_best_variant_here_is_the_bf16_one():
     assert pick.index("case 3: return rg_run_avx512bf16;") < pick.index("case 2: return rg_run_avx512;")
 
 
-def test_the_avx512_variants_sum_bf16_rows_in_registers():
-    """Both AVX-512 variants of a bf16 row sum its blocks by rg_vsum_squares_bf16 (each load's words
-    widened by a shift and a mask, dealt even / odd into the accumulators' lanes and put back in order
-    by rg_vsum_undeal); the others keep the portable loops; the tests above and below compare their
-    bits."""
+def test_the_vector_variants_sum_bf16_rows_in_registers():
+    """Every vector variant of a bf16 row sums its blocks in registers: the AVX-512 ones by
+    rg_vsum_squares_bf16, AVX2 by rg_vsum_squares_bf16_avx2 (each load's words dealt even / odd into
+    the accumulators' lanes by a shift and a mask, put back in order before the tree); the baseline and
+    f32 rows keep the portable loops; the tests above and below compare their bits."""
+    sums = {"rg_run_avx2": "rg_vsum_squares_bf16_avx2(xr)", "rg_run_avx512": "rg_vsum_squares_bf16(xr)",
+            "rg_run_avx512bf16": "rg_vsum_squares_bf16(xr)"}
     for name, vec in (("b4096", True), ("b300", True), ("f4096", False)):
         src = OPS[name].sources["c"][f"{name}.c"]
         for variant in ("rg_run_base", "rg_run_avx2", "rg_run_avx512", "rg_run_avx512bf16"):
@@ -232,17 +234,31 @@ def test_the_avx512_variants_sum_bf16_rows_in_registers():
                 continue
             body = src[src.index(f"void {variant}("):]
             body = body[:body.index("\n}\n")]
-            fast = vec and variant in ("rg_run_avx512", "rg_run_avx512bf16")
+            want = sums.get(variant) if vec else None
             # (the row's own sum, where the fused loop of the row before has not taken it)
-            assert ("rg_vsum_squares_bf16(xr)" in body) is fast, (name, variant)
-            assert ("rg_sum_squares(xr)" in body) is not fast, (name, variant)
+            for call in set(sums.values()):
+                assert (call in body) is (call == want), (name, variant, call)
+            assert ("rg_sum_squares(xr)" in body) is (want is None), (name, variant)
+
+
+def test_the_avx2_step_reads_the_scale_dealt_where_the_variant_runs():
+    """The AVX2 variant's dealt step (rg_vrms_bf16_avx2) reads the scale from rg_w's second half, which
+    the host function fills dealt in groups of 16 only when that variant is the one picked; f32 rows
+    and the other variants read the scale in order (test_c_rms_vectors compares every variant's bits)."""
+    src = OPS["b4096"].sources["c"]["b4096.c"]
+    assert "malloc(sizeof(rg_prod) * 2 * RG_N)" in src
+    assert "if (rg_run == rg_run_avx2) rg_deal_cols(rg_w, rg_w + RG_N, RG_N / 16 * 16, 8);" in src
+    avx2 = src[src.index("void rg_run_avx2("):]
+    assert "rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt);" in avx2[:avx2.index("\n}\n")]
+    f32 = OPS["f4096"].sources["c"]["f4096.c"]
+    assert "malloc(sizeof(rg_prod) * RG_N)" in f32 and "rg_deal_cols(rg_w" not in f32
 
 
 _SUM_HARNESS = r"""
 #include "NAME.c"
 #include <stdio.h>
-/* rg_vsum_squares_bf16 against the portable rg_sum_squares, bit for bit, on rows whose partial sums
- * differ by many orders of magnitude (so that any other order of additions rounds differently) */
+/* rg_vsum_squares_bf16 and _avx2 against the portable rg_sum_squares, bit for bit, on rows whose
+ * partial sums differ by many orders of magnitude (so that any other order of additions rounds differently) */
 int main(void)
 {
     static uint16_t x[RG_N];
@@ -254,8 +270,9 @@ int main(void)
             const int e = 127 + (int)((s >> 8) % 40u) - 20 + (i % 64 < 16 ? 12 : 0);
             x[i] = (uint16_t)(((s >> 31) << 15) | ((uint32_t)e << 7) | ((s >> 12) & 0x7fu));
         }
-        const float a = rg_sum_squares(x), b = rg_vsum_squares_bf16(x);
+        const float a = rg_sum_squares(x), b = rg_vsum_squares_bf16(x), c = rg_vsum_squares_bf16_avx2(x);
         differ += memcmp(&a, &b, sizeof a) != 0;
+        differ += memcmp(&a, &c, sizeof a) != 0;
     }
     printf("%d\n", differ);
     return 0;
@@ -266,8 +283,9 @@ int main(void)
 @pytest.mark.skipif(not _cpu_has_avx512bw(), reason="this CPU has no AVX-512 BW: the register sum cannot run here")
 @pytest.mark.parametrize("name", ["b4096", "b300"])
 def test_the_register_sum_adds_in_the_portable_order(name, tmp_path):
-    """The bf16 row's sum in registers gives the portable loops' float bit for bit (its y alone could
-    hide a different order: a last-bit change of the mean square rarely moves a bf16 result)."""
+    """The bf16 row's sums in registers (AVX-512 and AVX2) give the portable loops' float bit for bit
+    (its y alone could hide a different order: a last-bit change of the mean square rarely moves a bf16
+    result)."""
     if not _probe()[0]:
         pytest.skip("this C compiler (or its flags, e.g. -march=native) builds no vector variants")
     cc = cbuild.compiler()

@@ -41,15 +41,16 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     in every row path; bf16 rows in the fast one only, which has no NaN, so that the normalized value's
     rounding is the carry form on each lane. Each lane computes the scalar formula: the same bits.
     rms_vec_fast / rms_vec_exact: variant -> its form, for the fast and the exact row loop. bf16 rows also
-    get the AVX512-BF16 variant (`bf16_isa`; its step `rg_vrms_bf16`) and a row sum in AVX-512 registers
-    (`vsum`; rms_sum: variant -> the function summing its rows' squares). rms_fuse: variant -> the form
+    get the AVX512-BF16 variant (`bf16_isa`; its step `rg_vrms_bf16`), a dealt AVX2 step whose scale is
+    dealt once per call (`deal_w`; `rg_vrms_bf16_avx2`) and a row sum in registers (`vsum`; rms_sum:
+    variant -> the function summing its rows' squares). rms_fuse: variant -> the form
     whose row's y is computed in the loop that sums the next row."""
     t = p.x.name
     if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
             or t not in ("f32", "bf16")):
         return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False, vsum=False,
                     rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"), rms_fuse={}, prefetch_l2=False,
-                    exact_piece_prefetch=[])
+                    exact_piece_prefetch=[], deal_w=False)
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
@@ -62,11 +63,14 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     sums = dict.fromkeys(VARIANTS, "rg_sum_squares")
     if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
         forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
-        # both AVX-512 variants sum a row's blocks in registers (rg_vsum_squares_bf16)
-        sums.update(rg_run_avx512="rg_vsum_squares_bf16", rg_run_avx512bf16="rg_vsum_squares_bf16")
+        # AVX2: a dealt step of 16 (rg_vrms_bf16_avx2), whose scale rg_w carries dealt as well (deal_w)
+        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2")
+        # every vector variant sums a row's blocks in registers (rg_vsum_squares_bf16[_avx2])
+        sums.update(rg_run_avx2="rg_vsum_squares_bf16_avx2", rg_run_avx512="rg_vsum_squares_bf16",
+                    rg_run_avx512bf16="rg_vsum_squares_bf16")
     return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
                 rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
-                bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True,
+                bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True, deal_w=t == "bf16",
                 # the vector row loops that take a row's y in the loop summing the next row
                 # (rg_run_*_fused): all but bf16's AVX2 one, whose eight accumulator vectors and the
                 # carry rounding's constants do not fit sixteen registers (C harness, [4096, 4096] from
