@@ -1,7 +1,8 @@
-"""RMSNorm's AVX512-BF16 variant (rg_run_avx512bf16, rmsnorm.c.j2): which kernels have it, that the
-instruction it rests on rounds as the carry form does and marks every input it cannot round so, and
-that the variant gives the other variants' bits on rows that leave its fast step: zeros, subnormal
-normalized values, scales whose products underflow or overflow."""
+"""RMSNorm's bf16 vector variants (rmsnorm.c.j2): which kernels have the AVX512-BF16 one
+(rg_run_avx512bf16), that the instruction it rests on rounds as the carry form does and marks every
+input it cannot round so, and that the variant gives the other variants' bits on rows that leave its
+fast step: zeros, subnormal normalized values, scales whose products underflow or overflow; the row
+sums in registers and the AVX2 variant's dealt step."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ import pytest
 import ropegen
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.backend import CBackend
-from ropegen.backends.c.rms_context import rms_context
+from ropegen.backends.c.rms_context import DEAL_ROWS, rms_context
 from tests.test_c_rms_vectors import _same
 
 BACKEND = CBackend()
@@ -33,6 +34,13 @@ def _cpu_has_bf16() -> bool:
     except OSError:
         return False
     return " avx512_bf16" in flags and " avx512bw" in flags
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        return " avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
 
 
 def _cpu_has_avx512bw() -> bool:
@@ -241,17 +249,38 @@ def test_the_vector_variants_sum_bf16_rows_in_registers():
             assert ("rg_sum_squares(xr)" in body) is (want is None), (name, variant)
 
 
-def test_the_avx2_step_reads_the_scale_dealt_where_the_variant_runs():
-    """The AVX2 variant's dealt step (rg_vrms_bf16_avx2) reads the scale from rg_w's second half, which
-    the host function fills dealt in groups of 16 only when that variant is the one picked; f32 rows
-    and the other variants read the scale in order (test_c_rms_vectors compares every variant's bits)."""
+def test_the_avx2_step_reads_the_scale_dealt_where_the_call_dealt_it():
+    """The AVX2 variant's step (rg_vrms_bf16_avx2) reads the scale dealt from rg_w's second half where
+    the host function dealt it: a call of DEAL_ROWS rows or more that runs this variant; otherwise it
+    takes the natural-order form. f32 rows keep one scale in order."""
     src = OPS["b4096"].sources["c"]["b4096.c"]
     assert "malloc(sizeof(rg_prod) * 2 * RG_N)" in src
-    assert "if (rg_run == rg_run_avx2) rg_deal_cols(rg_w, rg_w + RG_N, RG_N / 16 * 16, 8);" in src
+    host = src[src.index("const rg_run_fn rg_run = rg_pick();"):]
+    assert f"if (rg_run == rg_run_avx2 && rg_rows >= {DEAL_ROWS}) {{" in host
+    assert host.index("rg_deal_scale_avx2(rg_w);") < host.index("rg_dealt = 1;") < host.index("RG_ROWS(0, rg_rows)")
     avx2 = src[src.index("void rg_run_avx2("):]
-    assert "rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt);" in avx2[:avx2.index("\n}\n")]
+    assert "rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_dealt);" in avx2[:avx2.index("\n}\n")]
     f32 = OPS["f4096"].sources["c"]["f4096.c"]
-    assert "malloc(sizeof(rg_prod) * RG_N)" in f32 and "rg_deal_cols(rg_w" not in f32
+    assert "malloc(sizeof(rg_prod) * RG_N)" in f32 and "rg_dealt" not in f32
+
+
+@pytest.mark.skipif(not _cpu_has_avx2(), reason="this CPU has no AVX2: the variant cannot run here")
+@pytest.mark.parametrize("rows", [1, DEAL_ROWS - 1, DEAL_ROWS, 3 * DEAL_ROWS + 1])
+def test_the_avx2_variant_gives_the_baseline_bits_dealt_or_not(rows, monkeypatch):
+    """Calls below DEAL_ROWS rows take the step's natural-order form, the others its dealt form: both
+    the baseline's bits (a scale of distinct values, so a scale read in the wrong order shows)."""
+    if not _probe()[0]:
+        pytest.skip("this C compiler (or its flags, e.g. -march=native) builds no vector variants")
+    op = OPS["b4096"]
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, 4096)) * 3).astype(op.plan.inputs[0].dtype.np_dtype)
+    scale = rng.uniform(0.5, 2.0, 4096).astype(x.dtype)
+    monkeypatch.setenv("ROPEGEN_ISA", "base")
+    want = np.array(op.run(x, scale, backend="c"), copy=True)
+    monkeypatch.setenv("ROPEGEN_ISA", "avx2")
+    for threads in (1, 2):
+        got = np.asarray(op.run(x, scale, backend="c", threads=threads))
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), (rows, threads)
 
 
 _SUM_HARNESS = r"""

@@ -498,9 +498,8 @@ static inline RG_TARGET_AVX512BF16 void rg_vstd_bf16_avx512bf16(uint16_t *d, __m
     rg_put64(d, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even)), nt);
 }
 #endif
-/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor split into their even and odd
- * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*): permutations
- * only, so every value keeps its bits. */
+/* Two vectors split into their even and odd elements (rg_deal_*), and two woven back into order
+ * (rg_weave_*): permutations only, so every value keeps its bits. */
 static inline RG_TARGET_AVX2 void rg_deal_avx2(__m256 v0, __m256 v1, __m256 *even, __m256 *odd)
 {
     /* the shuffles pick within 128-bit lanes: quarters 0 2 1 3 put the eight results in order */
@@ -527,6 +526,8 @@ static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *
     *v0 = _mm512_permutex2var_ps(a, il, b);
     *v1 = _mm512_permutex2var_ps(a, ih, b);
 }
+/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor dealt into their even and odd
+ * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*). */
 /* 2w float columns c[2j], c[2j + 1] dealt as the pairs are: a table written per element */
 static inline RG_TARGET_AVX2 void rg_vld2_cols_avx2(const float *c, __m256 *a, __m256 *b)
 {

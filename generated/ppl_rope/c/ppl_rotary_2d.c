@@ -285,9 +285,8 @@ static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m
     rg_vst_f32_avx512(da, a, nt);
     rg_vst_f32_avx512(db, b, nt);
 }
-/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor split into their even and odd
- * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*): permutations
- * only, so every value keeps its bits. */
+/* Two vectors split into their even and odd elements (rg_deal_*), and two woven back into order
+ * (rg_weave_*): permutations only, so every value keeps its bits. */
 static inline RG_TARGET_AVX2 void rg_deal_avx2(__m256 v0, __m256 v1, __m256 *even, __m256 *odd)
 {
     /* the shuffles pick within 128-bit lanes: quarters 0 2 1 3 put the eight results in order */
@@ -314,6 +313,8 @@ static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *
     *v0 = _mm512_permutex2var_ps(a, il, b);
     *v1 = _mm512_permutex2var_ps(a, ih, b);
 }
+/* Interleaved pairs (2j, 2j + 1) in lanes: two vectors of the tensor dealt into their even and odd
+ * elements (rg_vld2_*), and the two results woven back into tensor order (rg_vst2_*). */
 /* 2w float columns c[2j], c[2j + 1] dealt as the pairs are: a table written per element */
 static inline RG_TARGET_AVX2 void rg_vld2_cols_avx2(const float *c, __m256 *a, __m256 *b)
 {

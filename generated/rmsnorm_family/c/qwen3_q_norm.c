@@ -479,6 +479,34 @@ static inline void rg_deal_cols(const float *c, float *d, int n, int w)
         }
     }
 }
+/* Two vectors split into their even and odd elements (rg_deal_*), and two woven back into order
+ * (rg_weave_*): permutations only, so every value keeps its bits. */
+static inline RG_TARGET_AVX2 void rg_deal_avx2(__m256 v0, __m256 v1, __m256 *even, __m256 *odd)
+{
+    /* the shuffles pick within 128-bit lanes: quarters 0 2 1 3 put the eight results in order */
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xd8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd)), 0xd8));
+}
+static inline RG_TARGET_AVX2 void rg_weave_avx2(__m256 a, __m256 b, __m256 *v0, __m256 *v1)
+{
+    const __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+    *v0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *v1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+static inline RG_TARGET_AVX512 void rg_deal_avx512(__m512 v0, __m512 v1, __m512 *even, __m512 *odd)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    *even = _mm512_permutex2var_ps(v0, ie, v1);
+    *odd = _mm512_permutex2var_ps(v0, io, v1);
+}
+static inline RG_TARGET_AVX512 void rg_weave_avx512(__m512 a, __m512 b, __m512 *v0, __m512 *v1)
+{
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *v0 = _mm512_permutex2var_ps(a, il, b);
+    *v1 = _mm512_permutex2var_ps(a, ih, b);
+}
 #endif
 
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
@@ -712,18 +740,11 @@ static inline RG_TARGET_AVX512 __m512 rg_vwiden_hi_bf16(__m512i v)
 }
 /* A bf16 row's sum in registers loads its words dealt (rg_vldd_bf16_*: the even ones shifted up, the
  * odd ones masked in place; no word permutation, whose port the row step already keeps busy), so each
- * accumulator's lanes hold its partial sums dealt: lane m of e the sum of element 2 m of the 32 (AVX2:
- * 16) it sums at each step, lane m of o that of element 2 m + 1. Stored back in the portable order:
- * partial sum 2 m at total[2 m], 2 m + 1 at total[2 m + 1]. */
-static inline RG_TARGET_AVX512 void rg_vsum_undeal(rg_stash *total, __m512 e, __m512 o)
-{
-    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-    _mm512_storeu_ps(total, _mm512_permutex2var_ps(e, lo, o));
-    _mm512_storeu_ps(total + 16, _mm512_permutex2var_ps(e, hi, o));
-}
+ * accumulator's lanes hold its partial sums dealt: lane m of the first of a pair the sum of element
+ * 2 m of the 32 (AVX2: 16) it sums at each step, lane m of the second that of element 2 m + 1. They
+ * are woven back (rg_weave_*) into the portable order before the tree. */
 /* rg_sum_squares with a bf16 row's blocks summed in AVX-512 registers: the same sums in the same
- * order, each partial sum in its own lane (dealt even / odd, rg_vsum_undeal), so the same bits, in 14
+ * order, each partial sum in its own lane (dealt even / odd, then woven back), so the same bits, in 14
  * vector instructions for 64 elements and none of them a word permutation (RMSNorm rows of 4096 in
  * cache, one thread: the sum 191 -> 150 ns a row, with its y step 720 -> 673 ns; [4096, 4096] and
  * [16384, 4096] from memory, C harness, alternated: 0.68-0.73 -> 0.71-0.77 of a copy fetching ahead) */
@@ -750,15 +771,14 @@ static inline RG_TARGET_AVX512 rg_stash rg_vsum_squares_bf16(const uint16_t *x)
         t3 += a3;
     }
     rg_stash total[RG_SUMS];
-    rg_vsum_undeal(total, t0, t1);
-    rg_vsum_undeal(total + 32, t2, t3);
+    __m512 s0, s1, s2, s3;
+    rg_weave_avx512(t0, t1, &s0, &s1);
+    rg_weave_avx512(t2, t3, &s2, &s3);
+    _mm512_storeu_ps(total, s0);
+    _mm512_storeu_ps(total + 16, s1);
+    _mm512_storeu_ps(total + 32, s2);
+    _mm512_storeu_ps(total + 48, s3);
     return rg_sum_rest(x, total);
-}
-static inline RG_TARGET_AVX2 void rg_vsum_undeal_avx2(rg_stash *total, __m256 e, __m256 o)
-{
-    const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
-    _mm256_storeu_ps(total, _mm256_permute2f128_ps(lo, hi, 0x20));
-    _mm256_storeu_ps(total + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 /* The same in the AVX2 variant: each accumulator of 16 partial sums in two registers, dealt
  * (a0 / a1: elements 0-15 of each step, even / odd), the block totals in memory (touched once a block).
@@ -798,7 +818,12 @@ static inline RG_TARGET_AVX2 rg_stash rg_vsum_squares_bf16_avx2(const uint16_t *
         t[7] += a7;
     }
     rg_stash total[RG_SUMS];
-    for (int j = 0; j < 4; ++j) rg_vsum_undeal_avx2(total + 16 * j, t[2 * j], t[2 * j + 1]);
+    for (int j = 0; j < 4; ++j) {
+        __m256 s0, s1;
+        rg_weave_avx2(t[2 * j], t[2 * j + 1], &s0, &s1);
+        _mm256_storeu_ps(total + 16 * j, s0);
+        _mm256_storeu_ps(total + 16 * j + 8, s1);
+    }
     return rg_sum_rest(x, total);
 }
 #endif
@@ -845,29 +870,45 @@ static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t
 #endif
 
 #if RG_DISPATCH
-/* The AVX2 variant's step of 16 elements of a bf16 row on the fast path, dealt: x loaded dealt
- * (rg_vldd_bf16_avx2), each half normalized, rounded onto the bf16 grid, scaled by the scale dealt as
- * well (at w + RG_N: rg_w's second half, filled where this variant runs), rounded to nearest even in
- * its lanes and woven back (the odd results' upper words over the even ones' shifted down) into one
- * 32-byte store. Each lane is the scalar formula: the same bits. Where a natural-order step widens
- * each 8 by a zero extension and a shift and packs its results by a pack and a lane swap, this one
- * loads and weaves in five instructions for 16 (with the register sum above, RMSNorm [4096 / 16384,
- * 4096] bf16 from memory, C harness: 0.46-0.49 -> 0.49-0.53 of a copy fetching ahead). */
-static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 inv, int nt)
+/* The AVX2 variant's step of 16 elements of a bf16 row on the fast path. Dealt (where the call dealt
+ * the scale, rg_w's second half): x loaded dealt (rg_vldd_bf16_avx2), each half normalized, rounded
+ * onto the bf16 grid, scaled by the dealt scale, rounded to nearest even in its
+ * lanes and woven back (the odd results' upper words over the even ones' shifted down) into one 32-byte
+ * store: five instructions to load and weave 16, where the natural order's step widens each 8 by a zero
+ * extension and a shift and packs by a pack and a lane swap (with the register sum above, RMSNorm
+ * [4096 / 16384, 4096] bf16 from memory, C harness: 0.44-0.49 -> 0.47-0.53 of a copy fetching ahead).
+ * Each lane is the scalar formula either way: the same bits. */
+static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 inv, int nt, int dealt)
 {
+    if (!dealt) {
+        rg_vstp_nonan_bf16_avx2(d, d + 8, rg_vgrid_bf16_avx2(rg_vld_bf16_avx2(x) * inv) * _mm256_loadu_ps(w),
+            rg_vgrid_bf16_avx2(rg_vld_bf16_avx2(x + 8) * inv) * _mm256_loadu_ps(w + 8), nt);
+        return;
+    }
     __m256 xe, xo;
     rg_vldd_bf16_avx2(x, &xe, &xo);
     const __m256i re = rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xe * inv) * _mm256_loadu_ps(w + RG_N));
     const __m256i ro = rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xo * inv) * _mm256_loadu_ps(w + RG_N + 8));
     rg_put32(d, _mm256_or_si256(_mm256_and_si256(ro, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(re, 16)), nt);
 }
+/* the scale w[0, RG_N) dealt in groups of 16 into w[RG_N, 2 RG_N), for the step above */
+static inline RG_TARGET_AVX2 void rg_deal_scale_avx2(rg_prod *w)
+{
+    for (int64_t g = 0; g + 16 <= RG_N; g += 16) {
+        __m256 e, o;
+        rg_deal_avx2(_mm256_loadu_ps(w + g), _mm256_loadu_ps(w + g + 8), &e, &o);
+        _mm256_storeu_ps(w + RG_N + g, e);
+        _mm256_storeu_ps(w + RG_N + g + 8, o);
+    }
+}
 #endif
 
 /* rows [r0, r1) */
-static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
+static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
+    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -901,10 +942,11 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
 }
 
 #if RG_DISPATCH
-static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
+static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
+    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -923,7 +965,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
                 int64_t i = 0;
                 for (; i + 16 <= n; i += 16) {
                     if (xn) rg_prefetch_l2(xn + i0 + i, 16 * sizeof xn[0]);
-                    rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt);
+                    rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_dealt);
                 }
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
@@ -985,14 +1027,20 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
         t3 += a3;
     }
     rg_stash total[RG_SUMS];
-    rg_vsum_undeal(total, t0, t1);
-    rg_vsum_undeal(total + 32, t2, t3);
+    __m512 s0, s1, s2, s3;
+    rg_weave_avx512(t0, t1, &s0, &s1);
+    rg_weave_avx512(t2, t3, &s2, &s3);
+    _mm512_storeu_ps(total, s0);
+    _mm512_storeu_ps(total + 16, s1);
+    _mm512_storeu_ps(total + 32, s2);
+    _mm512_storeu_ps(total + 48, s3);
     return rg_sum_rest(xn, total);
 }
-static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
+static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
+    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
@@ -1085,14 +1133,20 @@ static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr
         t3 += a3;
     }
     rg_stash total[RG_SUMS];
-    rg_vsum_undeal(total, t0, t1);
-    rg_vsum_undeal(total + 32, t2, t3);
+    __m512 s0, s1, s2, s3;
+    rg_weave_avx512(t0, t1, &s0, &s1);
+    rg_weave_avx512(t2, t3, &s2, &s3);
+    _mm512_storeu_ps(total, s0);
+    _mm512_storeu_ps(total + 16, s1);
+    _mm512_storeu_ps(total + 32, s2);
+    _mm512_storeu_ps(total + 48, s3);
     return rg_sum_rest(xn, total);
 }
-static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
+static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
+    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
@@ -1146,7 +1200,7 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
 #endif
 #endif
 
-typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, uint16_t *, int64_t, int64_t, int, int);
+typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, uint16_t *, int64_t, int64_t, int, int, int);
 
 static rg_run_fn rg_pick(void)
 {
@@ -1182,8 +1236,14 @@ int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_
     for (int64_t i = 0; i < RG_N; ++i) rg_w_finite &= isfinite(rg_w[i]) ? 1 : 0;
 
     const rg_run_fn rg_run = rg_pick();
+    /* the AVX2 variant's step reads the scale dealt (rg_vrms_bf16_avx2) where the call has rows
+     * enough to repay dealing it: 8 (rows of 4096 in cache: the deal costs about what 3-5 rows gain) */
+    int rg_dealt = 0;
 #if RG_DISPATCH
-    if (rg_run == rg_run_avx2) rg_deal_cols(rg_w, rg_w + RG_N, RG_N / 16 * 16, 8);
+    if (rg_run == rg_run_avx2 && rg_rows >= 8) {
+        rg_deal_scale_avx2(rg_w);
+        rg_dealt = 1;
+    }
 #endif
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
     /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
@@ -1194,7 +1254,7 @@ int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
     /* rows [lo, hi) */
-#define RG_ROWS(lo, hi) rg_run(q, rg_w, q_normed, (lo), (hi), rg_stream, rg_w_finite)
+#define RG_ROWS(lo, hi) rg_run(q, rg_w, q_normed, (lo), (hi), rg_stream, rg_w_finite, rg_dealt)
     if (!RG_THREADED(rg_nchunks, threads)) {
         RG_ROWS(0, rg_rows);
     } else {

@@ -30,6 +30,11 @@ def _rms_block(lanes: int, n: int) -> int:
     return min(lanes * 64, max(sums, n // sums * sums))
 
 
+# rows from which a bf16 call's AVX2 variant deals its scale for its dealt step (rmsnorm.c.j2): below,
+# the deal costs more than it gains (RMSNorm 4096 bf16 in cache, the whole call: 1 row 3.0-3.1 ->
+# 3.2-3.6 us dealt, 16 rows 23.3 -> 22.3 us)
+DEAL_ROWS = 8
+
 # the row loop's variants (templates/c/_host.inc.j2)
 VARIANTS = ("rg_run_base", "rg_run_avx2", "rg_run_avx512", "rg_run_avx512bf16")
 
@@ -55,7 +60,7 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
                     set1={8: "_mm256_set1_ps", 16: "_mm512_set1_ps"}[width],
-                    ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}",
+                    ld_x=f"rg_vld_{t}_{isa}", ld_w=f"rg_vld_f32_{isa}", step_args="",
                     # bf16 rows take the vector loop on the fast path only, which has no NaN
                     stp=f"rg_vstp_nonan_bf16_{isa}" if t == "bf16" else f"rg_vstp_{t}_{isa}",
                     grid=f"rg_vgrid_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}", step="")
@@ -64,13 +69,14 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
         forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
         # AVX2: a dealt step of 16 (rg_vrms_bf16_avx2), whose scale rg_w carries dealt as well (deal_w)
-        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2")
+        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2", step_args=", rg_dealt")
         # every vector variant sums a row's blocks in registers (rg_vsum_squares_bf16[_avx2])
         sums.update(rg_run_avx2="rg_vsum_squares_bf16_avx2", rg_run_avx512="rg_vsum_squares_bf16",
                     rg_run_avx512bf16="rg_vsum_squares_bf16")
     return dict(rms_vec=forms, rms_vec_fast=forms if t == "bf16" else {},
                 rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
                 bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True, deal_w=t == "bf16",
+                deal_rows=DEAL_ROWS,
                 # the vector row loops that take a row's y in the loop summing the next row
                 # (rg_run_*_fused): all but bf16's AVX2 one, whose eight accumulator vectors and the
                 # carry rounding's constants do not fit sixteen registers (C harness, [4096, 4096] from
