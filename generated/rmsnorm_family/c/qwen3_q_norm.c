@@ -942,21 +942,90 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
 }
 
 #if RG_DISPATCH
+/* A streamed row's y from the vector row loop, computed in the loop that sums the next row's squares
+ * (x from memory; the row after it fetched into the L2 as the loop goes); its own x is in the L1,
+ * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
+ * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
+ * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
+ * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
+ * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
+ * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
+ * past its whole blocks is left to the row loop. */
+static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m256 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_dealt)
+{
+    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
+    (void)rg_dealt;
+    _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "two __m256 of float per accumulator");
+    __m256 t[8];
+    for (int j = 0; j < 8; ++j) t[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
+        const uint16_t *xb = xn + b * RG_BLOCK;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int64_t k = 0; k < RG_BLOCK; k += RG_SUMS) {
+            __m256 v0, v1, v2, v3, v4, v5, v6, v7;
+            rg_vldd_bf16_avx2(xb + k, &v0, &v1);
+            rg_vldd_bf16_avx2(xb + k + 16, &v2, &v3);
+            rg_vldd_bf16_avx2(xb + k + 32, &v4, &v5);
+            rg_vldd_bf16_avx2(xb + k + 48, &v6, &v7);
+            a0 += v0 * v0;
+            a1 += v1 * v1;
+            a2 += v2 * v2;
+            a3 += v3 * v3;
+            a4 += v4 * v4;
+            a5 += v5 * v5;
+            a6 += v6 * v6;
+            a7 += v7 * v7;
+            const int64_t rg_at = b * RG_BLOCK + k;
+            if (xnn) rg_prefetch_l2(xnn + rg_at, RG_SUMS * sizeof xnn[0]);
+            for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 16) {
+                rg_vrms_bf16_avx2(yr + i, xr + i, w + i, rg_vinv, nt, rg_dealt);
+            }
+        }
+        t[0] += a0;
+        t[1] += a1;
+        t[2] += a2;
+        t[3] += a3;
+        t[4] += a4;
+        t[5] += a5;
+        t[6] += a6;
+        t[7] += a7;
+    }
+    rg_stash total[RG_SUMS];
+    for (int j = 0; j < 4; ++j) {
+        __m256 s0, s1;
+        rg_weave_avx2(t[2 * j], t[2 * j + 1], &s0, &s1);
+        _mm256_storeu_ps(total + 16 * j, s0);
+        _mm256_storeu_ps(total + 16 * j + 8, s1);
+    }
+    return rg_sum_rest(xn, total);
+}
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
     (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
+    rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
+    int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
-        const rg_stash mean_square = rg_vsum_squares_bf16_avx2(xr) / 128.0f;
+        const rg_stash mean_square = (rg_have ? rg_next : rg_vsum_squares_bf16_avx2(xr)) / 128.0f;
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999999747524271e-07f);
         const __m256 rg_vinv = _mm256_set1_ps(inv_rms);
         /* the next row, fetched line by line by the vector loop as it goes */
         const uint16_t *xn = r + 1 < r1 ? xr + RG_N : NULL;
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
-        for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
+        int64_t rg_from = 0;    /* y's first element left to the loop below */
+        rg_have = 0;
+        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+         * its piece buffer) */
+        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+            rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_dealt);
+            rg_have = 1;
+            rg_from = RG_N / RG_BLOCK * RG_BLOCK;
+        }
+        for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
             const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
@@ -991,13 +1060,15 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
+ * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn)
+static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_dealt)
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
+    (void)rg_dealt;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
@@ -1057,7 +1128,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
         if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
+            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_dealt);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
@@ -1100,13 +1171,15 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
+ * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn)
+static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_dealt)
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
+    (void)rg_dealt;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
@@ -1163,7 +1236,7 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
         if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
+            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_dealt);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }

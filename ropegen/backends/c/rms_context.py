@@ -78,10 +78,9 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
                 bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True, deal_w=t == "bf16",
                 deal_rows=DEAL_ROWS,
                 # the vector row loops that take a row's y in the loop summing the next row
-                # (rg_run_*_fused): all but bf16's AVX2 one, whose eight accumulator vectors and the
-                # carry rounding's constants do not fit sixteen registers (C harness, [4096, 4096] from
-                # memory, one thread: 5.86 -> 6.32 ms fused)
-                rms_fuse={v: f for v, f in forms.items() if (t, v) != ("bf16", "rg_run_avx2")},
+                # (rg_run_*_fused): all of them (bf16's AVX2 one since its sum and step are dealt: with
+                # the natural-order ones it was slower fused, 5.86 -> 6.32 ms for [4096, 4096])
+                rms_fuse=dict(forms),
                 # the vector variants whose exact row path has no vector loop (bf16's)
                 exact_piece_prefetch=[] if t == "f32" else list(forms))
 
