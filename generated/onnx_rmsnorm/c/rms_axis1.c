@@ -545,8 +545,8 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
- * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.46-0.55 ->
+ * 0.50-0.58 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
@@ -633,8 +633,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
- * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.46-0.55 ->
+ * 0.50-0.58 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */

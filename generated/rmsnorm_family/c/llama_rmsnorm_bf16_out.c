@@ -784,7 +784,7 @@ static inline RG_TARGET_AVX512 rg_stash rg_vsum_squares_bf16(const uint16_t *x)
  * (a0 / a1: elements 0-15 of each step, even / odd), the block totals in memory (touched once a block).
  * The same sums in the same order: the same bits, where GCC widens each 8 elements of the portable
  * loops by a zero extension and a shift (RMSNorm [4096 / 16384, 4096] bf16 from memory, AVX2 variant,
- * C harness: with the dealt step below, 0.46-0.49 -> 0.49-0.53 of a copy fetching ahead) */
+ * C harness: with the dealt step below, 0.44-0.49 -> 0.47-0.53 of a copy fetching ahead) */
 static inline RG_TARGET_AVX2 rg_stash rg_vsum_squares_bf16_avx2(const uint16_t *x)
 {
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "two __m256 of float per accumulator");
@@ -947,8 +947,8 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
- * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.46-0.55 ->
+ * 0.50-0.58 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
@@ -1060,8 +1060,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
- * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.46-0.55 ->
+ * 0.50-0.58 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
@@ -1171,8 +1171,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
  * summed a row ago. Apart, the sum took the row's reads in a burst and y its stores in another, and
  * the vector work of each held back the other's memory traffic ([4096, 4096] from memory, C harness,
  * alternated runs, one thread: bf16 AVX512-BF16 4.10 -> 3.76 ms, a copy of the same rows 2.95 ms;
- * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.50-0.53 ->
- * 0.52-0.57 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
+ * f32 AVX-512 6.52 -> 5.76 ms, AVX2 7.08 -> 6.26 ms; bf16 AVX2, with its dealt sum and step, 0.46-0.55 ->
+ * 0.50-0.58 of a copy fetching ahead, one and two threads). Streamed rows only: rows in cache gain nothing
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
@@ -1310,7 +1310,7 @@ int ropegen_llama_rmsnorm_bf16_out(const uint16_t *x, const float *weight, uint1
 
     const rg_run_fn rg_run = rg_pick();
     /* the AVX2 variant's step reads the scale dealt (rg_vrms_bf16_avx2) where the call has rows
-     * enough to repay dealing it: 8 (rows of 4096 in cache: the deal costs about what 3-5 rows gain) */
+     * enough to repay dealing it (8: DEAL_ROWS, backends/c/rms_context.py) */
     int rg_dealt = 0;
 #if RG_DISPATCH
     if (rg_run == rg_run_avx2 && rg_rows >= 8) {

@@ -30,9 +30,10 @@ def _rms_block(lanes: int, n: int) -> int:
     return min(lanes * 64, max(sums, n // sums * sums))
 
 
-# rows from which a bf16 call's AVX2 variant deals its scale for its dealt step (rmsnorm.c.j2): below,
-# the deal costs more than it gains (RMSNorm 4096 bf16 in cache, the whole call: 1 row 3.0-3.1 ->
-# 3.2-3.6 us dealt, 16 rows 23.3 -> 22.3 us)
+# rows from which a bf16 call's AVX2 variant deals its scale for its dealt step (rmsnorm.c.j2). A row
+# of 4096 gains about 0.06 us from that step (16 rows in cache, the whole call: 23.3 -> 22.3 us); a
+# deal on every call, by a loop without AVX2, cost a one-row call 0.2-0.5 us (3.0-3.1 -> 3.2-3.6 us).
+# rg_deal_scale_avx2 costs less, but below a few rows it still does not pay
 DEAL_ROWS = 8
 
 # the row loop's variants (templates/c/_host.inc.j2)
