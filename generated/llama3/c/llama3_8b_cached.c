@@ -454,12 +454,16 @@ static inline RG_TARGET_AVX512 void rg_vldd_bf16_avx512(const uint16_t *s, __m51
     *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
 }
+/* the even and odd values' rounded words (bf16 in the upper halves) woven back into one store */
+static inline RG_TARGET_AVX2 void rg_put_dealt_avx2(uint16_t *d, __m256i we, __m256i wo, int nt)
+{
+    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+}
 static inline RG_TARGET_AVX2 void rg_vstd_bf16_avx2(uint16_t *d, __m256 even, __m256 odd, int nt)
 {
     const int nan = _mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q));
-    const __m256i we = nan ? rg_bf16_word_avx2(even) : rg_bf16_rne_avx2(even);
-    const __m256i wo = nan ? rg_bf16_word_avx2(odd) : rg_bf16_rne_avx2(odd);
-    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+    rg_put_dealt_avx2(d, nan ? rg_bf16_word_avx2(even) : rg_bf16_rne_avx2(even),
+                      nan ? rg_bf16_word_avx2(odd) : rg_bf16_rne_avx2(odd), nt);
 }
 static inline RG_TARGET_AVX512 void rg_vstd_bf16_avx512(uint16_t *d, __m512 even, __m512 odd, int nt)
 {

@@ -455,12 +455,16 @@ static inline RG_TARGET_AVX512 void rg_vldd_bf16_avx512(const uint16_t *s, __m51
     *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
 }
+/* the even and odd values' rounded words (bf16 in the upper halves) woven back into one store */
+static inline RG_TARGET_AVX2 void rg_put_dealt_avx2(uint16_t *d, __m256i we, __m256i wo, int nt)
+{
+    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+}
 static inline RG_TARGET_AVX2 void rg_vstd_bf16_avx2(uint16_t *d, __m256 even, __m256 odd, int nt)
 {
     const int nan = _mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q));
-    const __m256i we = nan ? rg_bf16_word_avx2(even) : rg_bf16_rne_avx2(even);
-    const __m256i wo = nan ? rg_bf16_word_avx2(odd) : rg_bf16_rne_avx2(odd);
-    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+    rg_put_dealt_avx2(d, nan ? rg_bf16_word_avx2(even) : rg_bf16_rne_avx2(even),
+                      nan ? rg_bf16_word_avx2(odd) : rg_bf16_rne_avx2(odd), nt);
 }
 static inline RG_TARGET_AVX512 void rg_vstd_bf16_avx512(uint16_t *d, __m512 even, __m512 odd, int nt)
 {
@@ -869,6 +873,7 @@ static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t
 }
 #endif
 
+/* rows [r0, r1) */
 #if RG_DISPATCH
 /* The AVX2 variant's step of 16 elements of a bf16 row on the fast path. Dealt (where the call dealt
  * the scale, rg_w's second half): x loaded dealt (rg_vldd_bf16_avx2), each half normalized, rounded
@@ -877,19 +882,20 @@ static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t
  * store: five instructions to load and weave 16, where the natural order's step widens each 8 by a zero
  * extension and a shift and packs by a pack and a lane swap (with the register sum above, RMSNorm
  * [4096 / 16384, 4096] bf16 from memory, C harness: 0.44-0.49 -> 0.47-0.53 of a copy fetching ahead).
- * Each lane is the scalar formula either way: the same bits. */
-static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 inv, int nt, int dealt)
+ * Elsewhere the natural-order step (vec_step). Each lane is the scalar formula either way: the same bits. */
+static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv, int nt, int dealt)
 {
     if (!dealt) {
-        rg_vstp_nonan_bf16_avx2(d, d + 8, rg_vgrid_bf16_avx2(rg_vld_bf16_avx2(x) * inv) * _mm256_loadu_ps(w),
-            rg_vgrid_bf16_avx2(rg_vld_bf16_avx2(x + 8) * inv) * _mm256_loadu_ps(w + 8), nt);
+        const __m256 na = rg_vld_bf16_avx2(x) * rg_vinv;
+        const __m256 nb = rg_vld_bf16_avx2(x + 8) * rg_vinv;
+        rg_vstp_nonan_bf16_avx2(d, d + 8, rg_vgrid_bf16_avx2(na) * rg_vld_f32_avx2(w),
+            rg_vgrid_bf16_avx2(nb) * rg_vld_f32_avx2(w + 8), nt);
         return;
     }
     __m256 xe, xo;
     rg_vldd_bf16_avx2(x, &xe, &xo);
-    const __m256i re = rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xe * inv) * _mm256_loadu_ps(w + RG_N));
-    const __m256i ro = rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xo * inv) * _mm256_loadu_ps(w + RG_N + 8));
-    rg_put32(d, _mm256_or_si256(_mm256_and_si256(ro, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(re, 16)), nt);
+    rg_put_dealt_avx2(d, rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xe * rg_vinv) * _mm256_loadu_ps(w + RG_N)),
+                      rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xo * rg_vinv) * _mm256_loadu_ps(w + RG_N + 8)), nt);
 }
 /* the scale w[0, RG_N) dealt in groups of 16 into w[RG_N, 2 RG_N), for the step above */
 static inline RG_TARGET_AVX2 void rg_deal_scale_avx2(rg_prod *w)
@@ -903,7 +909,6 @@ static inline RG_TARGET_AVX2 void rg_deal_scale_avx2(rg_prod *w)
 }
 #endif
 
-/* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */

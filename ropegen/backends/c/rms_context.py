@@ -70,7 +70,9 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
         forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
         # AVX2: a dealt step of 16 (rg_vrms_bf16_avx2), whose scale rg_w carries dealt as well (deal_w)
-        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2", step_args=", rg_dealt")
+        # (its natural-order form, `plain`, for calls whose scale is not dealt)
+        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2", step_args=", rg_dealt",
+                                    plain=forms["rg_run_avx2"])
         # every vector variant sums a row's blocks in registers (rg_vsum_squares_bf16[_avx2])
         sums.update(rg_run_avx2="rg_vsum_squares_bf16_avx2", rg_run_avx512="rg_vsum_squares_bf16",
                     rg_run_avx512bf16="rg_vsum_squares_bf16")
