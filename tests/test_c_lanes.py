@@ -153,7 +153,8 @@ def test_which_plans_take_the_lanes_path():
     # results, stored one after another, fill whole lines
     assert [len(names["llama3_8b_f16"][v]["group"]) for v in ("rg_run_avx2", "rg_run_avx512")] == [4, 2]
     assert [len(names["phi3_longrope"][v]["group"]) for v in ("rg_run_avx2", "rg_run_avx512")] == [2, 0]
-    assert names["llama3_8b"]["rg_run_avx2"]["group"] == []          # bf16: dealt, whole vectors already
+    # bf16 runs dealt: a store holds two registers' values, 32 bytes on AVX2 (two a step), a line on AVX-512
+    assert [len(names["llama3_8b"][v]["group"]) for v in ("rg_run_avx2", "rg_run_avx512")] == [2, 0]
     assert names["mrope_f16_f32"]["rg_run_avx512"]["group"] == []    # sections of 16 and 24 pairs: no 32 divides
     f16 = ropegen.compile(str(ROOT / "bench" / "llama3_f16.rope"))["llama3_8b_f16"]
     f16_src = BACKEND.sources(f16.plan, "llama3_f16.rope")["llama3_8b_f16.c"]
@@ -174,6 +175,13 @@ def test_which_plans_take_the_lanes_path():
     assert "rg_vldd_bf16_avx512(rg_x + 0 + rg_j, &xa, &xa1)" in avx512
     assert "rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt)" in avx512
     assert "rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 16)" in avx512
+    # AVX2: 32 pairs a step, the a results' two 32-byte stores one after the other, then the b results'
+    avx2 = src[src.index("void rg_run_avx2("):src.index("void rg_run_avx512(")]
+    assert "for (int rg_j = 0; rg_j < 64; rg_j += 32) {" in avx2
+    stores = ["rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);", "rg_vstd_bf16_avx2(rg_y + 0 + rg_j + 16, ya_1, ya1_1, rg_nt);",
+              "rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_nt);", "rg_vstd_bf16_avx2(rg_y + 64 + rg_j + 16, yb_1, yb1_1, rg_nt);"]
+    at = [avx2.index(x) for x in stores]
+    assert at == sorted(at)
     assert "rg_vld_" not in src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
     # 48 pairs: dealt by AVX2 (16 a step), paired by AVX-512 (32 do not divide 48)
     forms = names["neox96_bf16_f32"]
@@ -241,3 +249,75 @@ def test_outputs_at_every_alignment(op, offset, monkeypatch):
                 continue
             for a, b in zip(want, got):
                 assert _same_bits(a, np.asarray(b)), (op.name, isa, stream, "in place")
+
+
+_RNE_HARNESS = r"""
+#include "llama3_8b.c"
+#include <stdio.h>
+/* rg_rne_dealt_avx2 (bf16 rounded in 16-bit lanes after the weave) against the scalar rg_f32_to_bf16,
+ * every value in both the even and the odd lanes: every upper word with the lower words around the
+ * rounding point and at the ends, then every STEP-th float bit pattern (NaNs excepted: they take
+ * rg_bf16_word_avx2) */
+static unsigned long bad, seen;
+static RG_TARGET_AVX2 void check(const uint32_t *u)
+{
+    __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)u), b = _mm256_loadu_si256((const __m256i *)(const void *)(u + 8));
+    for (int swap = 0; swap < 2; ++swap) {
+        uint16_t w[16];
+        _mm256_storeu_si256((__m256i *)(void *)w, rg_rne_dealt_avx2(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b)));
+        for (int k = 0; k < 16; ++k) {
+            const uint32_t x = (k & 1) ? u[(8 + k / 2 + swap * 8) % 16] : u[(k / 2 + swap * 8) % 16];
+            if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) continue;
+            ++seen;
+            bad += w[k] != rg_f32_to_bf16(rg_bits_f32(x));
+        }
+        const __m256i t = a; a = b; b = t;
+    }
+}
+int main(void)
+{
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000, 0xc000};
+    uint32_t u[16];
+    int n = 0;
+    for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+        for (int j = 0; j < 8; ++j) {
+            u[n++] = (hi << 16) | lows[j];
+            if (n == 16) { check(u); n = 0; }
+        }
+    for (uint64_t x = 0; x < (1ull << 32); x += 16 * STEP) {
+        for (int k = 0; k < 16; ++k) u[k] = (uint32_t)(x + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
+        check(u);
+    }
+    printf("%lu %lu\n", bad, seen);
+    return 0;
+}
+"""
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        return " avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _cpu_has_avx2(), reason="this CPU has no AVX2: the helper cannot run here")
+def test_the_avx2_dealt_rounding_is_the_carry_form(tmp_path):
+    """rg_rne_dealt_avx2, the AVX2 dealt stores' rounding (after the weave, in 16-bit lanes), gives
+    rg_f32_to_bf16's word for every value tried in either lane: every upper word with lower words at and
+    around the tie, and a sweep of all float bit patterns (it fails if a tie rounds away from even or the
+    even and odd words are woven the wrong way round)."""
+    import subprocess
+    from ropegen.backends.c import build as cbuild
+    op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
+    for fname, text in BACKEND.sources(op.plan, "llama3.rope").items():
+        (tmp_path / fname).write_text(text)
+    if "rg_rne_dealt_avx2" not in (tmp_path / "llama3_8b.c").read_text():
+        pytest.fail("llama3_8b.c has no rg_rne_dealt_avx2")
+    (tmp_path / "t.c").write_text(_RNE_HARNESS)
+    exe = tmp_path / "t"
+    r = subprocess.run([*cbuild.compiler(), *cbuild.PINNED_FLAGS, "-DSTEP=4099", "-I", str(tmp_path),
+                        str(tmp_path / "t.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    bad, seen = map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
+    assert seen > 2_000_000 and bad == 0

@@ -206,19 +206,26 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     # interleaved bf16 pairs already lie in the halves of 32-bit lanes: dealt, not permuted
     split = "d" if t == "bf16" else "2"
 
-    def group(width: int) -> list[tuple[str, str]]:
-        # f32 / f16 runs whose vector is under a 64-byte line: as many registers a step as fill one, their
-        # results stored one after another (a write-combining buffer filled at once): suffix, element offset
-        g = 64 // (width * p.storage.itemsize) if t != "bf16" and runs else 1
-        ok = g > 1 and not any(b.count % (g * width) for b in p.blocks)
-        return [(str(h) if h else "", f" + {h * width}" if h else "") for h in range(g)] if ok else []
+    def group(width: int, deal: bool) -> list[tuple[str, str]]:
+        # f32 / f16 runs, and bf16 runs dealt, whose store is under a 64-byte line: as many stores a step
+        # as fill one, stored one after another (a write-combining buffer filled at once): suffix, element
+        # offset. A dealt store holds two registers' values; its members are suffixed _1, _2, ... (the
+        # dealt registers' own suffixes are "" and "1").
+        n = 2 * width if deal else width
+        g = 64 // (n * p.storage.itemsize) if runs and (deal or t != "bf16") else 1
+        ok = g > 1 and not any(b.count % (g * n) for b in p.blocks)
+        suffix = "_{}" if deal else "{}"
+        return [(suffix.format(h) if h else "", f" + {h * n}" if h else "") for h in range(g)] if ok else []
 
     def form(isa: str, width: int) -> dict[str, Any]:
-        deal, grp = dealt(width), group(width)
+        deal = dealt(width)
+        grp = group(width, deal)
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
                     st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16", group=grp,
                     col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{split}_{t}_{isa}", st2=f"rg_vst{split}_{t}_{isa}",
-                    pairs="runs" if runs else "interleaved", deal=deal, step=(2 if deal else max(1, len(grp))) * width,
+                    pairs="runs" if runs else "interleaved", deal=deal, member=(2 if deal else 1) * width,
+                    step=(2 if deal else 1) * max(1, len(grp)) * width,
+                    regs=[r for m, _ in grp or [("", "")] for r in ([m, "1" + m] if deal else [m])],
                     ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}", col2=f"rg_vld2_cols_{isa}" if col2 else "",
                     rnd=facts.VGRID[arith].format(isa=isa) if rounded else "")
 
