@@ -156,6 +156,10 @@ def test_which_plans_take_the_lanes_path():
     # bf16 runs dealt: a store holds two registers' values, 32 bytes on AVX2 (two a step), a line on AVX-512
     assert [len(names["llama3_8b"][v]["group"]) for v in ("rg_run_avx2", "rg_run_avx512")] == [2, 0]
     assert names["mrope_f16_f32"]["rg_run_avx512"]["group"] == []    # sections of 16 and 24 pairs: no 32 divides
+    # f16 in eight lanes stores at multiples of 16 bytes into a head rg_nt found 16-byte aligned: no test a store
+    assert names["llama3_8b_f16"]["rg_run_avx2"]["st"] == "rg_vsta_f16_avx2"
+    assert names["llama3_8b_f16"]["rg_run_avx512"]["st"] == "rg_vst_f16_avx512"
+    assert names["mrope_f16_f32"]["rg_run_avx512"]["st"] == "rg_vsta_f16_avx2"
     f16 = ropegen.compile(str(ROOT / "bench" / "llama3_f16.rope"))["llama3_8b_f16"]
     f16_src = BACKEND.sources(f16.plan, "llama3_f16.rope")["llama3_8b_f16.c"]
     grouped = f16_src[f16_src.index("void rg_run_avx512("):]

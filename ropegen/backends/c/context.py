@@ -217,11 +217,17 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
         suffix = "_{}" if deal else "{}"
         return [(suffix.format(h) if h else "", f" + {h * n}" if h else "") for h in range(g)] if ok else []
 
+    def on_16(width: int) -> bool:
+        # f16 runs in eight lanes: every store a multiple of 16 bytes into the head (blocks, units), so a
+        # head that is 16-byte aligned (rg_nt) needs no test of each store's address (rg_vsta_f16_avx2)
+        return t == "f16" and width == 8 and runs and p.unit % width == 0 and all(
+            b.a0 % width == 0 and b.b0 % width == 0 for b in p.blocks)
+
     def form(isa: str, width: int) -> dict[str, Any]:
         deal = dealt(width)
         grp = group(width, deal)
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
-                    st=f"rg_vst_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16", group=grp,
+                    st=f"rg_vst{'a' if on_16(width) else ''}_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16", group=grp,
                     col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{split}_{t}_{isa}", st2=f"rg_vst{split}_{t}_{isa}",
                     pairs="runs" if runs else "interleaved", deal=deal, member=(2 if deal else 1) * width,
                     step=(2 if deal else 1) * max(1, len(grp)) * width,
