@@ -226,8 +226,9 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
     def form(isa: str, width: int) -> dict[str, Any]:
         deal = dealt(width)
         grp = group(width, deal)
+        st = f"rg_vsta_{t}_{isa}" if on_16(width) else f"rg_vst_{t}_{isa}"
         return dict(w=width, t={8: "__m256", 16: "__m512"}[width], ld=f"rg_vld_{t}_{isa}",
-                    st=f"rg_vst{'a' if on_16(width) else ''}_{t}_{isa}", stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16", group=grp,
+                    st=st, stp=f"rg_vstp_{t}_{isa}", paired=t == "bf16", group=grp,
                     col=f"rg_vld_f32_{isa}", ld2=f"rg_vld{split}_{t}_{isa}", st2=f"rg_vst{split}_{t}_{isa}",
                     pairs="runs" if runs else "interleaved", deal=deal, member=(2 if deal else 1) * width,
                     step=(2 if deal else 1) * max(1, len(grp)) * width,
