@@ -6,12 +6,14 @@ not, in place, with special values, and with outputs at every alignment its stor
 from __future__ import annotations
 
 import platform
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ropegen
+from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.context import rope_context
 from ropegen.ops.inputs import CASES, make_inputs
@@ -93,6 +95,13 @@ SPECIALS = {
 }
 # signalling and quiet NaNs with payloads, both signs
 NAN_PAYLOADS = {"f32": [0x7FA00001, 0xFFC12345], "f16": [0x7D01, 0xFE55], "bf16": [0x7F81, 0xFFC5]}
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        return " avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -298,21 +307,12 @@ int main(void)
 """
 
 
-def _cpu_has_avx2() -> bool:
-    try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not _cpu_has_avx2(), reason="this CPU has no AVX2: the helper cannot run here")
 def test_the_avx2_dealt_rounding_is_the_carry_form(tmp_path):
     """rg_rne_dealt_avx2, the AVX2 dealt stores' rounding (after the weave, in 16-bit lanes), gives
     rg_f32_to_bf16's word for every value tried in either lane: every upper word with lower words at and
     around the tie, and a sweep of all float bit patterns (it fails if a tie rounds away from even or the
     even and odd words are woven the wrong way round)."""
-    import subprocess
-    from ropegen.backends.c import build as cbuild
     op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
     for fname, text in BACKEND.sources(op.plan, "llama3.rope").items():
         (tmp_path / fname).write_text(text)

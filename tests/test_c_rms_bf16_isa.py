@@ -17,6 +17,7 @@ import ropegen
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.rms_context import DEAL_ROWS, rms_context
+from tests.test_c_lanes import _cpu_has_avx2
 from tests.test_c_rms_vectors import _same
 
 BACKEND = CBackend()
@@ -34,13 +35,6 @@ def _cpu_has_bf16() -> bool:
     except OSError:
         return False
     return " avx512_bf16" in flags and " avx512bw" in flags
-
-
-def _cpu_has_avx2() -> bool:
-    try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
 
 
 def _cpu_has_avx512bw() -> bool:
