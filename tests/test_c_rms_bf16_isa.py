@@ -251,9 +251,10 @@ def test_the_avx2_step_reads_the_scale_dealt_where_the_call_dealt_it():
     assert "malloc(sizeof(rg_prod) * 2 * RG_N)" in src
     host = src[src.index("const rg_run_fn rg_run = rg_pick();"):]
     assert f"if (rg_run == rg_run_avx2 && rg_rows >= {DEAL_ROWS}) {{" in host
-    assert host.index("rg_deal_scale_avx2(rg_w);") < host.index("rg_dealt = 1;") < host.index("RG_ROWS(0, rg_rows)")
+    assert (host.index("rg_deal_scale_avx2(rg_w);") < host.index("rg_dealt = rg_tame ? RG_SPLIT : RG_DEALT;")
+            < host.index("RG_ROWS(0, rg_rows)"))
     avx2 = src[src.index("void rg_run_avx2("):]
-    assert "rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_dealt);" in avx2[:avx2.index("\n}\n")]
+    assert "rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_d);" in avx2[:avx2.index("\n}\n")]
     f32 = OPS["f4096"].sources["c"]["f4096.c"]
     assert "malloc(sizeof(rg_prod) * RG_N)" in f32 and "rg_dealt" not in f32
 

@@ -893,27 +893,52 @@ static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t
 
 /* rows [r0, r1) */
 #if RG_DISPATCH
-/* The AVX2 variant's step of 16 elements of a bf16 row on the fast path. Dealt (where the call dealt
- * the scale, rg_w's second half): x loaded dealt (rg_vldd_bf16_avx2), each half normalized, rounded
- * onto the bf16 grid, scaled by the dealt scale, rounded to nearest even in its
- * lanes and woven back (the odd results' upper words over the even ones' shifted down) into one 32-byte
- * store: five instructions to load and weave 16, where the natural order's step widens each 8 by a zero
+/* v rounded onto the bf16 grid by Veltkamp's split: c = v * (2^16 + 1), then c - (c - v). Rounding to
+ * nearest even without DAZ, that is the carry form's value (rg_grid_bf16_fast) for zeros of both signs
+ * and every float whose exponent field is 1..237 (|v| < 2^111), ties included: each of those floats
+ * checked (tests/test_c_rms_bf16_isa.py). A subnormal v may round otherwise, and reading it raises the
+ * denormal flag (MXCSR.DE), which the AVX2 row loop tests; from 2^111 up, c overflows. Three float
+ * instructions where the carry form takes four or five integer ones, and the lower half of each lane is
+ * left zero, so the weave needs no mask. */
+static inline RG_TARGET_AVX2 __m256 rg_vsplit_bf16_avx2(__m256 v)
+{
+    const __m256 c = v * _mm256_set1_ps(65537.0f);
+    return c - (c - v);
+}
+/* the forms of the step below: the scale read in natural order or dealt, and the dealt one rounding by
+ * the carry form or by the split */
+enum { RG_NATURAL = 0, RG_DEALT = 1, RG_SPLIT = 2 };
+/* The AVX2 variant's step of 16 elements of a bf16 row on the fast path. Dealt (RG_DEALT, RG_SPLIT:
+ * where the call dealt the scale, rg_w's second half): x loaded dealt (rg_vldd_bf16_avx2), each half
+ * normalized, rounded onto the bf16 grid, scaled by the dealt scale, rounded to nearest even in its lanes and
+ * woven back (the odd results' upper words over the even ones' shifted down) into one 32-byte store:
+ * five instructions to load and weave 16, where the natural order's step widens each 8 by a zero
  * extension and a shift and packs by a pack and a lane swap (with the register sum above, RMSNorm
  * [4096 / 16384, 4096] bf16 from memory, C harness: 0.44-0.49 -> 0.47-0.53 of a copy fetching ahead).
- * Elsewhere the natural-order step (vec_step). Each lane is the scalar formula either way: the same bits. */
-static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv, int nt, int dealt)
+ * RG_SPLIT rounds by the split (rg_vsplit_bf16_avx2): 12 instructions where the carry form's roundings
+ * and weave take 19 (the same, one thread, alternated: 0.53-0.55 -> 0.58-0.64); rg_run_avx2 says where
+ * it may. Elsewhere the natural-order step (vec_step). Each lane is the scalar formula every way: the
+ * same bits. */
+static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv, int nt, int form)
 {
-    if (!dealt) {
-        const __m256 na = rg_vld_bf16_avx2(x) * rg_vinv;
-        const __m256 nb = rg_vld_bf16_avx2(x + 8) * rg_vinv;
-        rg_vstp_nonan_bf16_avx2(d, d + 8, rg_vgrid_bf16_avx2(na) * rg_vld_f32_avx2(w),
-            rg_vgrid_bf16_avx2(nb) * rg_vld_f32_avx2(w + 8), nt);
+    __m256 xe, xo;
+    if (form != RG_SPLIT) {
+        if (form == RG_NATURAL) {
+            const __m256 na = rg_vld_bf16_avx2(x) * rg_vinv;
+            const __m256 nb = rg_vld_bf16_avx2(x + 8) * rg_vinv;
+            rg_vstp_nonan_bf16_avx2(d, d + 8, rg_vgrid_bf16_avx2(na) * rg_vld_f32_avx2(w),
+                rg_vgrid_bf16_avx2(nb) * rg_vld_f32_avx2(w + 8), nt);
+            return;
+        }
+        rg_vldd_bf16_avx2(x, &xe, &xo);
+        rg_put_dealt_avx2(d, rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xe * rg_vinv) * _mm256_loadu_ps(w + RG_N)),
+                          rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xo * rg_vinv) * _mm256_loadu_ps(w + RG_N + 8)), nt);
         return;
     }
-    __m256 xe, xo;
     rg_vldd_bf16_avx2(x, &xe, &xo);
-    rg_put_dealt_avx2(d, rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xe * rg_vinv) * _mm256_loadu_ps(w + RG_N)),
-                      rg_bf16_rne_avx2(rg_vgrid_bf16_avx2(xo * rg_vinv) * _mm256_loadu_ps(w + RG_N + 8)), nt);
+    const __m256 ye = rg_vsplit_bf16_avx2(rg_vsplit_bf16_avx2(xe * rg_vinv) * _mm256_loadu_ps(w + RG_N));
+    const __m256 yo = rg_vsplit_bf16_avx2(rg_vsplit_bf16_avx2(xo * rg_vinv) * _mm256_loadu_ps(w + RG_N + 8));
+    rg_put32(d, _mm256_or_si256(_mm256_castps_si256(yo), _mm256_srli_epi32(_mm256_castps_si256(ye), 16)), nt);
 }
 /* the scale w[0, RG_N) dealt in groups of 16 into w[RG_N, 2 RG_N), for the step above */
 static inline RG_TARGET_AVX2 void rg_deal_scale_avx2(rg_prod *w)
@@ -931,13 +956,15 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
+    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
         const rg_stash mean_square = rg_sum_squares(xr) / 128.0f;
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 9.9999999747524271e-07f);
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
+        int rg_d = rg_dealt;     /* this row's step form */
+        (void)rg_d;
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             const int nt = 0;
@@ -975,10 +1002,10 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m256 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_dealt)
+static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m256 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_d)
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
-    (void)rg_dealt;
+    (void)rg_d;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "two __m256 of float per accumulator");
     __m256 t[8];
     for (int j = 0; j < 8; ++j) t[j] = _mm256_setzero_ps();
@@ -1002,7 +1029,7 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
             const int64_t rg_at = b * RG_BLOCK + k;
             if (xnn) rg_prefetch_l2(xnn + rg_at, RG_SUMS * sizeof xnn[0]);
             for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 16) {
-                rg_vrms_bf16_avx2(yr + i, xr + i, w + i, rg_vinv, nt, rg_dealt);
+                rg_vrms_bf16_avx2(yr + i, xr + i, w + i, rg_vinv, nt, rg_d);
             }
         }
         t[0] += a0;
@@ -1027,7 +1054,17 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
+    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
+    /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
+     * DAZ), and tells a subnormal it read by the denormal flag. The flags are cleared here; a row whose
+     * y raised DE (or the next row's sum, fused with it) is done again by the carry form (RG_DEALT),
+     * from x, which the call's y does not overlap where it allows the split. MXCSR is put back as it
+     * was on return. */
+    const unsigned int rg_csr = _mm_getcsr();
+    const unsigned int rg_csr_clear = rg_csr & ~(unsigned int)_MM_EXCEPT_MASK;
+    const int rg_split = rg_dealt == RG_SPLIT
+        && (rg_csr & (_MM_ROUND_MASK | _MM_FLUSH_ZERO_MASK | _MM_DENORMALS_ZERO_MASK)) == 0;
+    if (rg_split) _mm_setcsr(rg_csr_clear);
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
@@ -1039,15 +1076,18 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
         /* the next row, fetched line by line by the vector loop as it goes */
         const uint16_t *xn = r + 1 < r1 ? xr + RG_N : NULL;
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
+        int rg_d = !rg_dealt ? RG_NATURAL : rg_split ? RG_SPLIT : RG_DEALT;     /* this row's step form */
+        (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
         if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_dealt);
+            rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
+    rg_again:
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
@@ -1057,7 +1097,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
                 int64_t i = 0;
                 for (; i + 16 <= n; i += 16) {
                     if (xn) rg_prefetch_l2(xn + i0 + i, 16 * sizeof xn[0]);
-                    rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_dealt);
+                    rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_d);
                 }
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
@@ -1074,7 +1114,16 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
             }
             if (stream && !nt) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
+        if (rg_split && (_mm_getcsr() & _MM_EXCEPT_DENORM)) {
+            _mm_setcsr(rg_csr_clear);
+            if (rg_d == RG_SPLIT) {     /* a subnormal reached the split: this row's y again, by the carry form */
+                rg_d = RG_DEALT;
+                rg_from = 0;
+                goto rg_again;
+            }
+        }
     }
+    if (rg_split) _mm_setcsr(rg_csr);
     if (stream) rg_stream_fence();
 }
 
@@ -1088,10 +1137,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_dealt)
+static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_d)
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
-    (void)rg_dealt;
+    (void)rg_d;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
@@ -1134,7 +1183,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
+    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
@@ -1146,12 +1195,14 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         /* the next row, fetched line by line by the vector loop as it goes */
         const uint16_t *xn = r + 1 < r1 ? xr + RG_N : NULL;
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
+        int rg_d = rg_dealt;     /* this row's step form */
+        (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
         if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_dealt);
+            rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
@@ -1199,10 +1250,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
  * (bf16) or lose (f32 AVX-512, 16 and 64 rows from the bench's whole call: 10.3-11.2 -> 11.8-13.2 us,
  * 60-66 -> 69-71 us). The same sum and the same steps: the same bits. Returns the next row's sum; y
  * past its whole blocks is left to the row loop. */
-static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_dealt)
+static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_d)
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
-    (void)rg_dealt;
+    (void)rg_d;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
@@ -1242,7 +1293,7 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* whether rg_w holds the scale dealt as well (rg_vrms_bf16_avx2) */
+    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
@@ -1254,12 +1305,14 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         /* the next row, fetched line by line by the vector loop as it goes */
         const uint16_t *xn = r + 1 < r1 ? xr + RG_N : NULL;
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
+        int rg_d = rg_dealt;     /* this row's step form */
+        (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
         /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
          * its piece buffer) */
         if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
-            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_dealt);
+            rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
@@ -1333,12 +1386,19 @@ int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_
 
     const rg_run_fn rg_run = rg_pick();
     /* the AVX2 variant's step reads the scale dealt (rg_vrms_bf16_avx2) where the call has rows
-     * enough to repay dealing it (8: DEAL_ROWS, backends/c/rms_context.py) */
+     * enough to repay dealing it (8: DEAL_ROWS, backends/c/rms_context.py). It may round by
+     * the split (RG_SPLIT) where y does not overlap x (a row the split cannot round is done again from
+     * x) and the split rounds every product: below 2^111, which a scale below 2^107 in magnitude
+     * keeps them, a normalized value being at most about sqrt(128.0f) (backends/c/rms_context.py) */
     int rg_dealt = 0;
 #if RG_DISPATCH
     if (rg_run == rg_run_avx2 && rg_rows >= 8) {
         rg_deal_scale_avx2(rg_w);
-        rg_dealt = 1;
+        const uintptr_t rg_xa = (uintptr_t)(const void *)q, rg_ya = (uintptr_t)(const void *)q_normed;
+        const uintptr_t rg_bytes = (uintptr_t)rg_rows * RG_N * sizeof q[0];
+        int rg_tame = rg_ya >= rg_xa + rg_bytes || rg_xa >= rg_ya + rg_bytes;
+        for (int64_t i = 0; i < RG_N; ++i) rg_tame &= fabsf(rg_w[i]) < 1.6225927682921336e+32f ? 1 : 0;
+        rg_dealt = rg_tame ? RG_SPLIT : RG_DEALT;
     }
 #endif
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;

@@ -36,6 +36,24 @@ def _rms_block(lanes: int, n: int) -> int:
 # rg_deal_scale_avx2 costs less, but below a few rows it still does not pay
 DEAL_ROWS = 8
 
+# the dealt step's rounding by Veltkamp's split (rmsnorm.c.j2, rg_vsplit_bf16_avx2): c = v * (2^16 + 1),
+# exact in float for every v it rounds; and the largest magnitude it rounds right, below 2^SPLIT_LOG2
+SPLIT_C = 65537.0
+SPLIT_LOG2 = 111
+
+
+def split_scale_log2(n: int) -> int:
+    """The scale bound (a power of two, its exponent) under which the AVX2 dealt step's products stay
+    below 2^SPLIT_LOG2, where its split rounds them. A normalized value is at most sqrt(n) in magnitude
+    but for a few roundings (the row's float sum is at least each square: adding a non-negative term in
+    round-to-nearest never lowers it), and at most 2^-8 more once rounded to bf16: so 2^k >= 1.01 sqrt(n),
+    the smallest such k taken, bounds it, and a scale below 2^(SPLIT_LOG2 - k) keeps every product below
+    2^SPLIT_LOG2. Integer arithmetic: 4^k * 100 >= 102.01 n."""
+    k = 0
+    while 4 ** k * 10000 < 10201 * n:
+        k += 1
+    return SPLIT_LOG2 - k
+
 # the row loop's variants (templates/c/_host.inc.j2)
 VARIANTS = ("rg_run_base", "rg_run_avx2", "rg_run_avx512", "rg_run_avx512bf16")
 
@@ -56,7 +74,7 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
             or t not in ("f32", "bf16")):
         return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False, vsum=False,
                     rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"), rms_fuse={}, prefetch_l2=False,
-                    exact_piece_prefetch=[], deal_w=False)
+                    exact_piece_prefetch=[], deal_w=False, split_run="")
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
@@ -70,9 +88,11 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
         forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
         # AVX2: a dealt step of 16 (rg_vrms_bf16_avx2), whose scale rg_w carries dealt as well (deal_w)
-        # (its natural-order form, `plain`, for calls whose scale is not dealt)
-        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2", step_args=", rg_dealt",
-                                    plain=forms["rg_run_avx2"])
+        # (its natural-order form, `plain`, for calls whose scale is not dealt and rows done again; the
+        # dealt one rounds by the split, before the scale too where the plan rounds there: `split`)
+        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2", step_args=", rg_d",
+                                    plain=forms["rg_run_avx2"],
+                                    split="rg_vsplit_bf16_avx2" if norm_carry else "rg_vsame_avx2")
         # every vector variant sums a row's blocks in registers (rg_vsum_squares_bf16[_avx2])
         sums.update(rg_run_avx2="rg_vsum_squares_bf16_avx2", rg_run_avx512="rg_vsum_squares_bf16",
                     rg_run_avx512bf16="rg_vsum_squares_bf16")
@@ -80,6 +100,10 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
                 rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
                 bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True, deal_w=t == "bf16",
                 deal_rows=DEAL_ROWS,
+                # the variant whose dealt step rounds by the split, and so tests the denormal flag
+                split_run="rg_run_avx2" if t == "bf16" else "", split_c=facts.LITERAL["f32"](SPLIT_C),
+                split_w_log2=split_scale_log2(p.norm_size),
+                split_w_max=facts.LITERAL["f32"](2.0 ** split_scale_log2(p.norm_size)),
                 # the vector row loops that take a row's y in the loop summing the next row
                 # (rg_run_*_fused): all of them (bf16's AVX2 one since its sum and step are dealt: with
                 # the natural-order ones it was slower fused, 5.86 -> 6.32 ms for [4096, 4096])
