@@ -243,18 +243,22 @@ def test_the_vector_variants_sum_bf16_rows_in_registers():
             assert ("rg_sum_squares(xr)" in body) is (want is None), (name, variant)
 
 
-def test_the_avx2_step_reads_the_scale_dealt_where_the_call_dealt_it():
-    """The AVX2 variant's step (rg_vrms_bf16_avx2) reads the scale dealt from rg_w's second half where
-    the host function dealt it: a call of DEAL_ROWS rows or more that runs this variant; otherwise it
-    takes the natural-order form. f32 rows keep one scale in order."""
+def test_the_avx2_and_avx512_steps_read_the_scale_dealt_where_the_call_dealt_it():
+    """The AVX2 and AVX-512 variants' steps (rg_vrms_bf16_avx2 / _avx512) read the scale dealt from
+    rg_w's second half where the host function dealt it: a call of DEAL_ROWS rows or more that runs one
+    of them, each dealing in its own groups; otherwise they take the natural-order form. f32 rows keep one
+    scale in order."""
     src = OPS["b4096"].sources["c"]["b4096.c"]
     assert "malloc(sizeof(rg_prod) * 2 * RG_N)" in src
     host = src[src.index("const rg_run_fn rg_run = rg_pick();"):]
-    assert f"if (rg_run == rg_run_avx2 && rg_rows >= {DEAL_ROWS}) {{" in host
-    assert (host.index("rg_deal_scale_avx2(rg_w);") < host.index("rg_dealt = rg_tame ? RG_SPLIT : RG_DEALT;")
+    assert f"if ((rg_run == rg_run_avx2 || rg_run == rg_run_avx512) && rg_rows >= {DEAL_ROWS}) {{" in host
+    assert "if (rg_run == rg_run_avx2) rg_deal_scale_avx2(rg_w);\n        else rg_deal_scale_avx512(rg_w);" in host
+    assert (host.index("rg_deal_scale_avx512(rg_w);")
+            < host.index("rg_dealt = rg_tame ? RG_SPLIT : rg_run == rg_run_avx2 ? RG_DEALT : RG_NATURAL;")
             < host.index("RG_ROWS(0, rg_rows)"))
-    avx2 = src[src.index("void rg_run_avx2("):]
-    assert "rg_vrms_bf16_avx2(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_d);" in avx2[:avx2.index("\n}\n")]
+    for isa in ("avx2", "avx512"):
+        run = src[src.index(f"void rg_run_{isa}("):]
+        assert f"rg_vrms_bf16_{isa}(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_d);" in run[:run.index("\n}\n")]
     f32 = OPS["f4096"].sources["c"]["f4096.c"]
     assert "malloc(sizeof(rg_prod) * RG_N)" in f32 and "rg_dealt" not in f32
 

@@ -1,5 +1,5 @@
-"""The AVX2 variant's dealt RMSNorm step rounding by Veltkamp's split (rg_vsplit_bf16_avx2, RG_SPLIT in
-rmsnorm.c.j2): that the split is the carry form wherever the step lets it round, that it is not outside
+"""The AVX2 and AVX-512 variants' dealt RMSNorm steps rounding by Veltkamp's split (rg_vsplit_bf16_avx2 /
+_avx512, RG_SPLIT in rmsnorm.c.j2): that the split is the carry form wherever the step lets it round, that it is not outside
 (so the guards matter) and that a value outside raises the denormal flag the row loop tests; and that
 the call gives the baseline's bits and leaves MXCSR as it found it under every rounding mode and
 flush setting, where the split must stand aside. The rows it cannot round (done again by the carry
@@ -30,20 +30,31 @@ SPEC = "rmsnorm b4096 { in x: bf16[N, 4096]  in scale: bf16[4096]  out y }"
 _SPLIT_HARNESS = r"""
 #include "b4096.c"
 #include <stdio.h>
-/* rg_vsplit_bf16_avx2 against the carry form (rg_grid_bf16_fast): every upper word with the lower words
- * at and around the tie, then every STEP-th float bit pattern. Counted: inputs it must round (exponent
- * field 1..237, zeros) and those of them it rounds otherwise; subnormals it rounds otherwise, and vectors
- * of subnormals that did not raise the denormal flag; larger finite floats it rounds otherwise. */
+/* rg_vsplit_bf16_avx2 and (where the CPU has AVX-512) _avx512 against the carry form
+ * (rg_grid_bf16_fast): every upper word with the lower words at and around the tie, then every STEP-th
+ * float bit pattern. Counted: inputs it must round (exponent field 1..237, zeros) and those of them it
+ * rounds otherwise; subnormals it rounds otherwise, and vectors of subnormals that did not raise the
+ * denormal flag; larger finite floats it rounds otherwise. */
 static unsigned long seen, bad, sub_differ, sub_quiet, big_differ;
-static RG_TARGET_AVX2 void check(const uint32_t *u)
+static RG_TARGET_AVX2 void split8(uint32_t *r, const uint32_t *u)
 {
-    int sub = 0;
-    for (int k = 0; k < 8; ++k) sub |= ((u[k] >> 23) & 0xff) == 0 && (u[k] & 0x7fffffffu) != 0;
-    _mm_setcsr(_mm_getcsr() & ~(unsigned int)_MM_EXCEPT_MASK);
-    uint32_t r[8];
     _mm256_storeu_ps((float *)(void *)r, rg_vsplit_bf16_avx2(_mm256_loadu_ps((const float *)(const void *)u)));
+}
+static RG_TARGET_AVX512 void split16(uint32_t *r, const uint32_t *u)
+{
+    _mm512_storeu_ps((void *)r, rg_vsplit_bf16_avx512(_mm512_loadu_ps((const void *)u)));
+}
+static int wide;        /* 1: the AVX-512 helper, on 16 values */
+static void check(const uint32_t *u)
+{
+    const int n = wide ? 16 : 8;
+    int sub = 0;
+    for (int k = 0; k < n; ++k) sub |= ((u[k] >> 23) & 0xff) == 0 && (u[k] & 0x7fffffffu) != 0;
+    _mm_setcsr(_mm_getcsr() & ~(unsigned int)_MM_EXCEPT_MASK);
+    uint32_t r[16];
+    if (wide) split16(r, u); else split8(r, u);
     sub_quiet += sub && !(_mm_getcsr() & _MM_EXCEPT_DENORM);
-    for (int k = 0; k < 8; ++k) {
+    for (int k = 0; k < n; ++k) {
         const uint32_t e = (u[k] >> 23) & 0xff;
         const uint32_t want = rg_f32_bits(rg_grid_bf16_fast(rg_bits_f32(u[k])));
         if (e == 0xff) continue;
@@ -55,17 +66,23 @@ static RG_TARGET_AVX2 void check(const uint32_t *u)
 int main(void)
 {
     static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000, 0xc000};
-    for (uint32_t hi = 0; hi < 0x10000u; ++hi) {
-        uint32_t u[8];
-        for (int j = 0; j < 8; ++j) u[j] = (hi << 16) | lows[j];
-        check(u);
+    __builtin_cpu_init();
+    const int helpers = __builtin_cpu_supports("avx512f") ? 2 : 1;
+    for (wide = 0; wide < helpers; ++wide) {
+        for (uint32_t hi = 0; hi < 0x10000u; hi += 2) {
+            uint32_t u[16];
+            for (int j = 0; j < 16; ++j) u[j] = ((hi + (uint32_t)(j >> 3)) << 16) | lows[j & 7];
+            check(u);
+            if (!wide) check(u + 8);
+        }
+        for (uint64_t x = 0; x < (1ull << 32); x += 16 * STEP) {
+            uint32_t u[16];
+            for (int k = 0; k < 16; ++k) u[k] = (uint32_t)(x + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
+            check(u);
+            if (!wide) check(u + 8);
+        }
     }
-    for (uint64_t x = 0; x < (1ull << 32); x += 8 * STEP) {
-        uint32_t u[8];
-        for (int k = 0; k < 8; ++k) u[k] = (uint32_t)(x + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
-        check(u);
-    }
-    printf("%lu %lu %lu %lu %lu\n", seen, bad, sub_differ, sub_quiet, big_differ);
+    printf("%d %lu %lu %lu %lu %lu\n", helpers, seen, bad, sub_differ, sub_quiet, big_differ);
     return 0;
 }
 """
@@ -92,9 +109,9 @@ def test_the_split_is_the_carry_form_where_it_may_round(tmp_path):
     carry form rounds; subnormals and larger floats do not all (so the denormal flag and the scale bound
     are needed), and every vector holding a subnormal raises the denormal flag."""
     exe = _build(tmp_path, _SPLIT_HARNESS, "split", "-DSTEP=4099")
-    seen, bad, sub_differ, sub_quiet, big_differ = map(
+    helpers, seen, bad, sub_differ, sub_quiet, big_differ = map(
         int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
-    assert seen > 1_000_000 and bad == 0
+    assert seen > 1_000_000 * helpers and bad == 0
     assert sub_differ > 0 and big_differ > 0
     assert sub_quiet == 0
 
@@ -109,7 +126,8 @@ def test_the_scale_bound_keeps_products_below_the_splits_limit():
 _MXCSR_HARNESS = r"""
 #include "b4096.c"
 #include <stdio.h>
-/* b4096 under each MXCSR setting: the baseline and the AVX2 variant, streamed and not, on rows of which
+/* b4096 under each MXCSR setting: the baseline and the AVX2 and AVX-512 variants (the best below where the
+ * CPU has no AVX-512), streamed and not, on rows of which
  * some hold normalized values that are subnormal; counted: words where the two differ, and calls after
  * which the mode differs or a flag set before is clear (a call may raise flags, as any float code does) */
 static int kept(unsigned int before)
@@ -138,7 +156,7 @@ int main(void)
         0x1fc0u,                    /* denormals are zero */
     };
     unsigned long differ = 0, changed = 0;
-    const char *streams[] = {"0", "1"};
+    const char *streams[] = {"0", "1"}, *isas[] = {"avx2", "avx512"};
     for (unsigned m = 0; m < sizeof modes / sizeof modes[0]; ++m)
         for (int st = 0; st < 2; ++st) {
             setenv("ROPEGEN_STREAM", streams[st], 1);
@@ -146,12 +164,14 @@ int main(void)
             _mm_setcsr(modes[m]);
             ropegen_b4096(x, s, y0, R, 1);
             changed += !kept(modes[m]);
-            setenv("ROPEGEN_ISA", "avx2", 1);
-            _mm_setcsr(modes[m]);
-            ropegen_b4096(x, s, y1, R, 1);
-            changed += !kept(modes[m]);
-            _mm_setcsr(0x1f80u);
-            for (int i = 0; i < R * 4096; ++i) differ += y0[i] != y1[i];
+            for (int v = 0; v < 2; ++v) {
+                setenv("ROPEGEN_ISA", isas[v], 1);
+                _mm_setcsr(modes[m]);
+                ropegen_b4096(x, s, y1, R, 1);
+                changed += !kept(modes[m]);
+                _mm_setcsr(0x1f80u);
+                for (int i = 0; i < R * 4096; ++i) differ += y0[i] != y1[i];
+            }
         }
     printf("%lu %lu\n", differ, changed);
     return 0;

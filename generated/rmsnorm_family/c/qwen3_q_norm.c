@@ -896,8 +896,8 @@ static inline RG_TARGET_AVX512BF16 void rg_vrms_bf16(uint16_t *d, const uint16_t
 /* v rounded onto the bf16 grid by Veltkamp's split: c = v * (2^16 + 1), then c - (c - v). Rounding to
  * nearest even without DAZ, that is the carry form's value (rg_grid_bf16_fast) for zeros of both signs
  * and every float whose exponent field is 1..237 (|v| < 2^111), ties included: each of those floats
- * checked (tests/test_c_rms_bf16_isa.py). A subnormal v may round otherwise, and reading it raises the
- * denormal flag (MXCSR.DE), which the AVX2 row loop tests; from 2^111 up, c overflows. Three float
+ * checked (tests/test_c_rms_split.py). A subnormal v may round otherwise, and reading it raises the
+ * denormal flag (MXCSR.DE), which the row loops that split test; from 2^111 up, c overflows. Three float
  * instructions where the carry form takes four or five integer ones, and the lower half of each lane is
  * left zero, so the weave needs no mask. */
 static inline RG_TARGET_AVX2 __m256 rg_vsplit_bf16_avx2(__m256 v)
@@ -905,21 +905,21 @@ static inline RG_TARGET_AVX2 __m256 rg_vsplit_bf16_avx2(__m256 v)
     const __m256 c = v * _mm256_set1_ps(65537.0f);
     return c - (c - v);
 }
-/* the forms of the step below: the scale read in natural order or dealt, and the dealt one rounding by
- * the carry form or by the split */
+static inline RG_TARGET_AVX512 __m512 rg_vsplit_bf16_avx512(__m512 v)
+{
+    const __m512 c = v * _mm512_set1_ps(65537.0f);
+    return c - (c - v);
+}
+/* the forms of the steps below: the scale read in natural order or dealt (rg_w's second half, where the
+ * call dealt it), the dealt one rounding by the carry form (AVX2 only) or by the split */
 enum { RG_NATURAL = 0, RG_DEALT = 1, RG_SPLIT = 2 };
-/* The AVX2 variant's step of 16 elements of a bf16 row on the fast path. Dealt (RG_DEALT, RG_SPLIT:
- * where the call dealt the scale, rg_w's second half): x loaded dealt (rg_vldd_bf16_avx2), each half
- * normalized, rounded onto the bf16 grid, scaled by the dealt scale, rounded to nearest even in its lanes and
- * woven back (the odd results' upper words over the even ones' shifted down) into one 32-byte store:
- * five instructions to load and weave 16, where the natural order's step widens each 8 by a zero
- * extension and a shift and packs by a pack and a lane swap (with the register sum above, RMSNorm
- * [4096 / 16384, 4096] bf16 from memory, C harness: 0.44-0.49 -> 0.47-0.53 of a copy fetching ahead).
- * RG_SPLIT rounds by the split (rg_vsplit_bf16_avx2): 12 instructions where the carry form's roundings
- * and weave take 19 (the same, one thread, alternated: 0.53-0.55 -> 0.58-0.64); rg_run_avx2 says where
- * it may. Elsewhere the natural-order step (vec_step). Each lane is the scalar formula every way: the
- * same bits. */
-/* RG_SPLIT's 16 results, woven (the split leaves the lower half of each lane zero: no mask) */
+/* The split steps (RG_SPLIT): x loaded dealt (rg_vldd_bf16_*), each half normalized, rounded onto the bf16
+ * grid, scaled by the dealt scale, rounded by the split and woven back (the odd results'
+ * upper words over the even ones' shifted down: the split leaves their lower halves zero) into one
+ * full-width store: 12 instructions for a vector of pairs where the natural order's widening, carry form
+ * and packing take 26 (AVX2: 19 dealt by the carry form). [4096 / 16384, 4096] bf16 from memory, C
+ * harness, one thread, alternated: AVX2 0.53-0.55 -> 0.58-0.64 of a copy fetching ahead, AVX-512
+ * 0.65-0.67 -> 0.74-0.76. rg_run_* say where a call and a thread may split. */
 static inline RG_TARGET_AVX2 __m256i rg_vrms_split_avx2(const uint16_t *x, const float *w, __m256 rg_vinv)
 {
     __m256 xe, xo;
@@ -928,6 +928,31 @@ static inline RG_TARGET_AVX2 __m256i rg_vrms_split_avx2(const uint16_t *x, const
     const __m256 yo = rg_vsplit_bf16_avx2(rg_vsplit_bf16_avx2(xo * rg_vinv) * _mm256_loadu_ps(w + RG_N + 8));
     return _mm256_or_si256(_mm256_castps_si256(yo), _mm256_srli_epi32(_mm256_castps_si256(ye), 16));
 }
+static inline RG_TARGET_AVX512 __m512i rg_vrms_split_avx512(const uint16_t *x, const float *w, __m512 rg_vinv)
+{
+    __m512 xe, xo;
+    rg_vldd_bf16_avx512(x, &xe, &xo);
+    const __m512 ye = rg_vsplit_bf16_avx512(rg_vsplit_bf16_avx512(xe * rg_vinv) * _mm512_loadu_ps(w + RG_N));
+    const __m512 yo = rg_vsplit_bf16_avx512(rg_vsplit_bf16_avx512(xo * rg_vinv) * _mm512_loadu_ps(w + RG_N + 16));
+    return _mm512_or_si512(_mm512_castps_si512(yo), _mm512_srli_epi32(_mm512_castps_si512(ye), 16));
+}
+/* the same stored to d aligned (32 / 64 bytes) and non-temporally: the fused loops' step where the row
+ * allows, with no test of the form or the address a step (AVX2, [4096, 4096] from memory, C harness,
+ * one thread, alternated: 4.78-4.93 -> 4.49-4.62 ms) */
+static inline RG_TARGET_AVX2 void rg_vrms_split_nt_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv)
+{
+    _mm256_stream_si256((__m256i *)(void *)d, rg_vrms_split_avx2(x, w, rg_vinv));
+}
+static inline RG_TARGET_AVX512 void rg_vrms_split_nt_avx512(uint16_t *d, const uint16_t *x, const float *w, __m512 rg_vinv)
+{
+    _mm512_stream_si512((void *)d, rg_vrms_split_avx512(x, w, rg_vinv));
+}
+/* The AVX2 variant's step of 16 elements of a bf16 row on the fast path: RG_SPLIT; RG_DEALT, the same
+ * dealt but rounded by the carry form, for calls and threads that may not split (five instructions to
+ * load and weave 16, where the natural order's step widens each 8 by a zero extension and a shift and
+ * packs by a pack and a lane swap: with the register sum above, 0.44-0.49 -> 0.47-0.53 of a copy
+ * fetching ahead); RG_NATURAL, the natural-order step (vec_step), where the call did not deal the scale.
+ * Each lane is the scalar formula every way: the same bits. */
 static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv, int nt, int form)
 {
     if (form != RG_SPLIT) {
@@ -946,7 +971,20 @@ static inline RG_TARGET_AVX2 void rg_vrms_bf16_avx2(uint16_t *d, const uint16_t 
     }
     rg_put32(d, rg_vrms_split_avx2(x, w, rg_vinv), nt);
 }
-/* the scale w[0, RG_N) dealt in groups of 16 into w[RG_N, 2 RG_N), for the step above */
+/* the AVX-512 variant's step of 32: RG_SPLIT, or the natural-order step */
+static inline RG_TARGET_AVX512 void rg_vrms_bf16_avx512(uint16_t *d, const uint16_t *x, const float *w, __m512 rg_vinv, int nt, int form)
+{
+    if (form != RG_SPLIT) {
+        const __m512 na = rg_vld_bf16_avx512(x) * rg_vinv;
+        const __m512 nb = rg_vld_bf16_avx512(x + 16) * rg_vinv;
+        rg_vstp_nonan_bf16_avx512(d, d + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w),
+            rg_vgrid_bf16_avx512(nb) * rg_vld_f32_avx512(w + 16), nt);
+        return;
+    }
+    rg_put64(d, rg_vrms_split_avx512(x, w, rg_vinv), nt);
+}
+/* the scale w[0, RG_N) dealt in groups of 16 (AVX2) or 32 (AVX-512) into w[RG_N, 2 RG_N), for the
+ * steps above */
 static inline RG_TARGET_AVX2 void rg_deal_scale_avx2(rg_prod *w)
 {
     for (int64_t g = 0; g + 16 <= RG_N; g += 16) {
@@ -954,6 +992,15 @@ static inline RG_TARGET_AVX2 void rg_deal_scale_avx2(rg_prod *w)
         rg_deal_avx2(_mm256_loadu_ps(w + g), _mm256_loadu_ps(w + g + 8), &e, &o);
         _mm256_storeu_ps(w + RG_N + g, e);
         _mm256_storeu_ps(w + RG_N + g + 8, o);
+    }
+}
+static inline RG_TARGET_AVX512 void rg_deal_scale_avx512(rg_prod *w)
+{
+    for (int64_t g = 0; g + 32 <= RG_N; g += 32) {
+        __m512 e, o;
+        rg_deal_avx512(_mm512_loadu_ps(w + g), _mm512_loadu_ps(w + g + 16), &e, &o);
+        _mm512_storeu_ps(w + RG_N + g, e);
+        _mm512_storeu_ps(w + RG_N + g + 16, o);
     }
 }
 #endif
@@ -1012,9 +1059,8 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     (void)rg_d;
-    /* the split step with every store 32-byte aligned: no test of the form or the address a step
-     * ([4096, 4096] from memory, C harness, one thread, alternated: 4.62-5.03 -> 4.32-4.64 ms) */
-    const int rg_a32 = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 31u) == 0;
+    /* the split step with every store aligned (rg_vrms_split_nt_*) */
+    const int rg_aligned = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 31u) == 0;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "two __m256 of float per accumulator");
     __m256 t[8];
     for (int j = 0; j < 8; ++j) t[j] = _mm256_setzero_ps();
@@ -1037,9 +1083,9 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
             a7 += v7 * v7;
             const int64_t rg_at = b * RG_BLOCK + k;
             if (xnn) rg_prefetch_l2(xnn + rg_at, RG_SUMS * sizeof xnn[0]);
-            if (rg_a32) {
+            if (rg_aligned) {
                 for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 16) {
-                    _mm256_stream_si256((__m256i *)(void *)(yr + i), rg_vrms_split_avx2(xr + i, w + i, rg_vinv));
+                    rg_vrms_split_nt_avx2(yr + i, xr + i, w + i, rg_vinv);
                 }
             } else {
                 for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 16) {
@@ -1156,6 +1202,8 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
 {
     const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
     (void)rg_d;
+    /* the split step with every store aligned (rg_vrms_split_nt_*) */
+    const int rg_aligned = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 63u) == 0;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
     __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
@@ -1172,11 +1220,14 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
             a3 += v3 * v3;
             const int64_t rg_at = b * RG_BLOCK + k;
             if (xnn) rg_prefetch_l2(xnn + rg_at, RG_SUMS * sizeof xnn[0]);
-            for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {
-                const __m512 na = rg_vld_bf16_avx512(xr + i) * rg_vinv;
-                const __m512 nb = rg_vld_bf16_avx512(xr + i + 16) * rg_vinv;
-                rg_vstp_nonan_bf16_avx512(yr + i, yr + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i),
-                    rg_vgrid_bf16_avx512(nb) * rg_vld_f32_avx512(w + i + 16), nt);
+            if (rg_aligned) {
+                for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {
+                    rg_vrms_split_nt_avx512(yr + i, xr + i, w + i, rg_vinv);
+                }
+            } else {
+                for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {
+                    rg_vrms_bf16_avx512(yr + i, xr + i, w + i, rg_vinv, nt, rg_d);
+                }
             }
         }
         t0 += a0;
@@ -1199,6 +1250,16 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
     (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
+    /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
+     * DAZ), and tells a subnormal it read by the denormal flag. The flags are cleared here; a row whose
+     * y raised DE (or the next row's sum, fused with it) is done again by the carry form (RG_NATURAL),
+     * from x, which the call's y does not overlap where it allows the split. MXCSR is put back as it
+     * was on return. */
+    const unsigned int rg_csr = _mm_getcsr();
+    const unsigned int rg_csr_clear = rg_csr & ~(unsigned int)_MM_EXCEPT_MASK;
+    const int rg_split = rg_dealt == RG_SPLIT
+        && (rg_csr & (_MM_ROUND_MASK | _MM_FLUSH_ZERO_MASK | _MM_DENORMALS_ZERO_MASK)) == 0;
+    if (rg_split) _mm_setcsr(rg_csr_clear);
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
@@ -1210,7 +1271,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         /* the next row, fetched line by line by the vector loop as it goes */
         const uint16_t *xn = r + 1 < r1 ? xr + RG_N : NULL;
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
-        int rg_d = rg_dealt;     /* this row's step form */
+        int rg_d = !rg_dealt ? RG_NATURAL : rg_split ? RG_SPLIT : RG_NATURAL;     /* this row's step form */
         (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
@@ -1221,6 +1282,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
+    rg_again:
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
@@ -1230,10 +1292,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
                 int64_t i = 0;
                 for (; i + 32 <= n; i += 32) {
                     if (xn) rg_prefetch_l2(xn + i0 + i, 32 * sizeof xn[0]);
-                    const __m512 na = rg_vld_bf16_avx512(xr + i0 + i) * rg_vinv;
-                    const __m512 nb = rg_vld_bf16_avx512(xr + i0 + i + 16) * rg_vinv;
-                    rg_vstp_nonan_bf16_avx512(dst + i, dst + i + 16, rg_vgrid_bf16_avx512(na) * rg_vld_f32_avx512(w + i0 + i),
-                        rg_vgrid_bf16_avx512(nb) * rg_vld_f32_avx512(w + i0 + i + 16), nt);
+                    rg_vrms_bf16_avx512(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_d);
                 }
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_bf16_f32(xr[i0 + i]) * inv_rms;
@@ -1250,7 +1309,16 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
             }
             if (stream && !nt) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
+        if (rg_split && (_mm_getcsr() & _MM_EXCEPT_DENORM)) {
+            _mm_setcsr(rg_csr_clear);
+            if (rg_d == RG_SPLIT) {     /* a subnormal reached the split: this row's y again, by the carry form */
+                rg_d = RG_NATURAL;
+                rg_from = 0;
+                goto rg_again;
+            }
+        }
     }
+    if (rg_split) _mm_setcsr(rg_csr);
     if (stream) rg_stream_fence();
 }
 
@@ -1400,20 +1468,23 @@ int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_
     for (int64_t i = 0; i < RG_N; ++i) rg_w_finite &= isfinite(rg_w[i]) ? 1 : 0;
 
     const rg_run_fn rg_run = rg_pick();
-    /* the AVX2 variant's step reads the scale dealt (rg_vrms_bf16_avx2) where the call has rows
-     * enough to repay dealing it (8: DEAL_ROWS, backends/c/rms_context.py). It may round by
-     * the split (RG_SPLIT) where y does not overlap x (a row the split cannot round is done again from
-     * x) and the split rounds every product: below 2^111, which a scale below 2^107 in magnitude
-     * keeps them, a normalized value being at most about sqrt(128.0f) (backends/c/rms_context.py) */
+    /* the AVX2 and AVX-512 variants' steps read the scale dealt (rg_vrms_bf16_avx2 / _avx512) where the
+     * call has rows enough to repay dealing it (8: DEAL_ROWS, backends/c/rms_context.py). They
+     * round by the split (RG_SPLIT) where y does not overlap x (a row the split cannot round is done
+     * again from x) and the split rounds every product: below 2^111, which a scale below 2^107 in
+     * magnitude keeps them, a normalized value being at most about sqrt(128.0f) (split_scale_log2,
+     * backends/c/rms_context.py). Elsewhere AVX2 reads the dealt scale by the carry form (RG_DEALT) and
+     * AVX-512 the scale in natural order. */
     int rg_dealt = 0;
 #if RG_DISPATCH
-    if (rg_run == rg_run_avx2 && rg_rows >= 8) {
-        rg_deal_scale_avx2(rg_w);
+    if ((rg_run == rg_run_avx2 || rg_run == rg_run_avx512) && rg_rows >= 8) {
+        if (rg_run == rg_run_avx2) rg_deal_scale_avx2(rg_w);
+        else rg_deal_scale_avx512(rg_w);
         const uintptr_t rg_xa = (uintptr_t)(const void *)q, rg_ya = (uintptr_t)(const void *)q_normed;
         const uintptr_t rg_bytes = (uintptr_t)rg_rows * RG_N * sizeof q[0];
         int rg_tame = rg_ya >= rg_xa + rg_bytes || rg_xa >= rg_ya + rg_bytes;
         for (int64_t i = 0; i < RG_N; ++i) rg_tame &= fabsf(rg_w[i]) < 1.6225927682921336e+32f ? 1 : 0;
-        rg_dealt = rg_tame ? RG_SPLIT : RG_DEALT;
+        rg_dealt = rg_tame ? RG_SPLIT : rg_run == rg_run_avx2 ? RG_DEALT : RG_NATURAL;
     }
 #endif
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;

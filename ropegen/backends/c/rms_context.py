@@ -74,7 +74,7 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
             or t not in ("f32", "bf16")):
         return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False, vsum=False,
                     rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"), rms_fuse={}, prefetch_l2=False,
-                    exact_piece_prefetch=[], deal_w=False, split_run="")
+                    exact_piece_prefetch=[], deal_w=False, split_runs=[])
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
@@ -88,11 +88,16 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     if t == "bf16":     # the AVX512-BF16 variant: a step of 32 by rg_vrms_bf16 (rmsnorm.c.j2)
         forms["rg_run_avx512bf16"] = dict(form("avx512", 16), step="rg_vrms_bf16")
         # AVX2: a dealt step of 16 (rg_vrms_bf16_avx2), whose scale rg_w carries dealt as well (deal_w)
-        # (its natural-order form, `plain`, for calls whose scale is not dealt and rows done again; the
-        # dealt one rounds by the split, before the scale too where the plan rounds there: `split`)
-        forms["rg_run_avx2"] = dict(forms["rg_run_avx2"], step="rg_vrms_bf16_avx2", step_args=", rg_d",
-                                    plain=forms["rg_run_avx2"],
-                                    split="rg_vsplit_bf16_avx2" if norm_carry else "rg_vsame_avx2")
+        # and AVX-512: a step of 32 (rg_vrms_bf16_avx512), its scale dealt likewise. Each has its
+        # natural-order form (`plain`, for calls whose scale is not dealt); its dealt form rounds by the split
+        # (before the scale too where the plan rounds there: `split`), or, where a call or a thread may not
+        # split and for a row done again, by the carry form (`fallback`: AVX2 dealt, AVX-512 in natural
+        # order); `split_nt` the split step with an aligned store (`split_align`: the address mask)
+        for isa, name, align, fallback in (("avx2", "rg_run_avx2", "31u", "RG_DEALT"),
+                                           ("avx512", "rg_run_avx512", "63u", "RG_NATURAL")):
+            forms[name] = dict(forms[name], step=f"rg_vrms_bf16_{isa}", step_args=", rg_d", plain=forms[name],
+                               split=f"rg_vsplit_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}",
+                               split_nt=f"rg_vrms_split_nt_{isa}", split_align=align, fallback=fallback)
         # every vector variant sums a row's blocks in registers (rg_vsum_squares_bf16[_avx2])
         sums.update(rg_run_avx2="rg_vsum_squares_bf16_avx2", rg_run_avx512="rg_vsum_squares_bf16",
                     rg_run_avx512bf16="rg_vsum_squares_bf16")
@@ -100,8 +105,9 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
                 rms_vec_exact=forms if t == "f32" else {}, lanes_t=t, lanes_elem=facts.element(p.x),
                 bf16_isa=t == "bf16", vsum=t == "bf16", rms_sum=sums, prefetch_l2=True, deal_w=t == "bf16",
                 deal_rows=DEAL_ROWS,
-                # the variant whose dealt step rounds by the split, and so tests the denormal flag
-                split_run="rg_run_avx2" if t == "bf16" else "", split_c=facts.LITERAL["f32"](SPLIT_C),
+                # the variants whose dealt step rounds by the split, and so test the denormal flag
+                split_runs=["rg_run_avx2", "rg_run_avx512"] if t == "bf16" else [],
+                split_c=facts.LITERAL["f32"](SPLIT_C),
                 split_w_log2=split_scale_log2(p.norm_size),
                 split_w_max=facts.LITERAL["f32"](2.0 ** split_scale_log2(p.norm_size)),
                 # the vector row loops that take a row's y in the loop summing the next row
