@@ -913,10 +913,10 @@ static inline RG_TARGET_AVX512 __m512 rg_vsplit_bf16_avx512(__m512 v)
 enum { RG_NATURAL = 0, RG_DEALT = 1, RG_SPLIT = 2 };
 /* The split steps (RG_SPLIT): x loaded dealt (rg_vldd_bf16_*), each half normalized, scaled by the dealt scale, rounded by the split and woven back (the odd results'
  * upper words over the even ones' shifted down: the split leaves their lower halves zero) into one
- * full-width store: 12 instructions for a vector of pairs where the natural order's widening, carry form
- * and packing take 26 (AVX2: 19 dealt by the carry form). [4096 / 16384, 4096] bf16 from memory, C
- * harness, one thread, alternated: AVX2 0.53-0.55 -> 0.58-0.64 of a copy fetching ahead, AVX-512
- * 0.65-0.67 -> 0.74-0.76. rg_run_* say where a call and a thread may split. */
+ * full-width store. Rounding twice and weaving take 14 instructions a register pair where the dealt carry
+ * form's take 21 (and the natural order's carry form, packing and widening more). [4096 / 16384, 4096]
+ * bf16 from memory, C harness, one thread, alternated: AVX2 0.53-0.55 -> 0.58-0.64 of a copy fetching
+ * ahead, AVX-512 0.65-0.67 -> 0.74-0.76. rg_run_* say where a call and a thread may split. */
 static inline RG_TARGET_AVX2 __m256i rg_vrms_split_avx2(const uint16_t *x, const float *w, __m256 rg_vinv)
 {
     __m256 xe, xo;
@@ -1006,7 +1006,7 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
+    (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -1112,7 +1112,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
+    (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
      * DAZ), and tells a subnormal it read by the denormal flag. The flags are cleared here; a row whose
      * y raised DE (or the next row's sum, fused with it) is done again by the carry form (RG_DEALT),
@@ -1246,7 +1246,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
+    (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
      * DAZ), and tells a subnormal it read by the denormal flag. The flags are cleared here; a row whose
      * y raised DE (or the next row's sum, fused with it) is done again by the carry form (RG_NATURAL),
@@ -1373,7 +1373,7 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
 {
     uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
     (void)w_finite;
-    (void)rg_dealt;     /* the AVX2 step's form the call allows (rg_vrms_bf16_avx2): 0, RG_DEALT or RG_SPLIT */
+    (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     for (int64_t r = r0; r < r1; ++r) {
