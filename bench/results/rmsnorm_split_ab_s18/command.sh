@@ -4,3 +4,10 @@ for tree in "$AFTER" "$BEFORE"; do
   (cd "$tree" && ROPEGEN_ISA=avx2 PYTHONPATH=. python -m ropegen.cli bench bench/rmsnorm_4096.rope --backend c \
      --threads 1 --repeats 10 --shape N=4096 --shape N=16384 -q --json out.json)
 done
+
+# rows_8_16_64_{old,new}_{avx2_1,avx2_2,avx512}: calls of 8, 16 and 64 rows (in cache; the bench times the whole
+# Python call), old = ae1355d, new = f533fb3, each pair one after the other
+for isa in avx2 avx512; do
+  (cd "$TREE" && ROPEGEN_ISA=$isa PYTHONPATH=. python -m ropegen.cli bench bench/rmsnorm_4096.rope --backend c \
+     --threads 1 --repeats 20 --shape N=8 --shape N=16 --shape N=64 -q --json out.json)
+done
