@@ -11,3 +11,5 @@ for isa in avx2 avx512; do
   (cd "$TREE" && ROPEGEN_ISA=$isa PYTHONPATH=. python -m ropegen.cli bench bench/rmsnorm_4096.rope --backend c \
      --threads 1 --repeats 20 --shape N=8 --shape N=16 --shape N=64 -q --json out.json)
 done
+
+# two_threads_{after_f533fb3,before_ae1355d}: the first command with --threads 2, after first, then before
