@@ -36,15 +36,15 @@ def _rms_block(lanes: int, n: int) -> int:
 # rg_deal_scale_avx2 costs less, but below a few rows it still does not pay
 DEAL_ROWS = 8
 
-# the dealt step's rounding by Veltkamp's split (rmsnorm.c.j2, rg_vsplit_bf16_avx2): c = v * (2^16 + 1),
+# the dealt steps' rounding by Veltkamp's split (rmsnorm.c.j2, rg_vsplit_bf16_*): c = v * (2^16 + 1),
 # exact in float for every v it rounds; and the largest magnitude it rounds right, below 2^SPLIT_LOG2
 SPLIT_C = 65537.0
 SPLIT_LOG2 = 111
 
 
 def split_scale_log2(n: int) -> int:
-    """The scale bound (a power of two, its exponent) under which the AVX2 dealt step's products stay
-    below 2^SPLIT_LOG2, where its split rounds them. A normalized value is at most sqrt(n) in magnitude
+    """The scale bound (a power of two, its exponent) under which the AVX2 and AVX-512 dealt steps'
+    products stay below 2^SPLIT_LOG2, where their split rounds them. A normalized value is at most sqrt(n) in magnitude
     but for a few roundings (the row's float sum is at least each square: adding a non-negative term in
     round-to-nearest never lowers it), and at most 2^-8 more once rounded to bf16: so 2^k >= 1.01 sqrt(n),
     the smallest such k taken, bounds it, and a scale below 2^(SPLIT_LOG2 - k) keeps every product below
@@ -65,10 +65,11 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
     in every row path; bf16 rows in the fast one only, which has no NaN, so that the normalized value's
     rounding is the carry form on each lane. Each lane computes the scalar formula: the same bits.
     rms_vec_fast / rms_vec_exact: variant -> its form, for the fast and the exact row loop. bf16 rows also
-    get the AVX512-BF16 variant (`bf16_isa`; its step `rg_vrms_bf16`), a dealt AVX2 step whose scale is
-    dealt once per call (`deal_w`; `rg_vrms_bf16_avx2`) and a row sum in registers (`vsum`; rms_sum:
-    variant -> the function summing its rows' squares). rms_fuse: variant -> the form
-    whose row's y is computed in the loop that sums the next row."""
+    get the AVX512-BF16 variant (`bf16_isa`; its step `rg_vrms_bf16`), dealt AVX2 and AVX-512 steps whose
+    scale is dealt once per call (`deal_w`; `rg_vrms_bf16_avx2` / `_avx512`), rounding by the split in the
+    row loops of `split_runs`, and a row sum in registers (`vsum`; rms_sum: variant -> the function summing
+    its rows' squares). rms_fuse: variant -> the form whose row's y is computed in the loop that sums the
+    next row."""
     t = p.x.name
     if (p.residual or p.quant_scale or (stash, product) != ("f32", "f32") or p.y.name != t
             or t not in ("f32", "bf16")):
