@@ -1,9 +1,10 @@
-"""The AVX2 and AVX-512 variants' dealt RMSNorm steps rounding by Veltkamp's split (rg_vsplit_bf16_avx2 /
-_avx512, RG_SPLIT in rmsnorm.c.j2): that the split is the carry form wherever the step lets it round, that it is not outside
-(so the guards matter) and that a value outside raises the denormal flag the row loop tests; and that
-the call gives the baseline's bits and leaves MXCSR as it found it under every rounding mode and
-flush setting, where the split must stand aside. The rows it cannot round (done again by the carry
-form), in-place calls and huge scales are in tests/test_c_rms_bf16_isa.py and test_c_rms_vectors.py."""
+"""The AVX2 and AVX-512 variants' dealt RMSNorm steps rounding by Veltkamp's split
+(rg_vsplit_bf16_avx2 / _avx512, RG_SPLIT in rmsnorm.c.j2): that the split is the carry form wherever
+the step lets it round, that it is not outside (so the guards matter) and that a value outside raises
+the denormal flag the row loop tests; and that the call gives the baseline's bits and leaves MXCSR as
+it found it under every rounding mode and flush setting, where the split must stand aside. The rows it
+cannot round (done again by the carry form), in-place calls and huge scales are in
+tests/test_c_rms_bf16_isa.py and test_c_rms_vectors.py."""
 from __future__ import annotations
 
 import platform
