@@ -6,17 +6,16 @@ not, in place, with special values, and with outputs at every alignment its stor
 from __future__ import annotations
 
 import platform
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ropegen
-from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.context import rope_context
 from ropegen.ops.inputs import CASES, make_inputs
+from tests.c_harness import run_harness
 from tests.test_c_backend import EXAMPLES
 
 BACKEND = CBackend()
@@ -314,14 +313,8 @@ def test_the_avx2_dealt_rounding_is_the_carry_form(tmp_path):
     around the tie, and a sweep of all float bit patterns (it fails if a tie rounds away from even or the
     even and odd words are woven the wrong way round)."""
     op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
-    for fname, text in BACKEND.sources(op.plan, "llama3.rope").items():
-        (tmp_path / fname).write_text(text)
-    if "rg_rne_dealt_avx2" not in (tmp_path / "llama3_8b.c").read_text():
+    sources = BACKEND.sources(op.plan, "llama3.rope")
+    if "rg_rne_dealt_avx2" not in sources["llama3_8b.c"]:
         pytest.fail("llama3_8b.c has no rg_rne_dealt_avx2")
-    (tmp_path / "t.c").write_text(_RNE_HARNESS)
-    exe = tmp_path / "t"
-    r = subprocess.run([*cbuild.compiler(), *cbuild.PINNED_FLAGS, "-DSTEP=4099", "-I", str(tmp_path),
-                        str(tmp_path / "t.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    bad, seen = map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
+    bad, seen = map(int, run_harness(tmp_path, sources, _RNE_HARNESS, "-DSTEP=4099").split())
     assert seen > 2_000_000 and bad == 0

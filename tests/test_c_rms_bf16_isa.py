@@ -17,6 +17,7 @@ import ropegen
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.rms_context import DEAL_ROWS, rms_context
+from tests.c_harness import run_harness
 from tests.test_c_lanes import _cpu_has_avx2
 from tests.test_c_rms_vectors import _same
 
@@ -316,13 +317,4 @@ def test_the_register_sum_adds_in_the_portable_order(name, tmp_path):
     result)."""
     if not _probe()[0]:
         pytest.skip("this C compiler (or its flags, e.g. -march=native) builds no vector variants")
-    cc = cbuild.compiler()
-    src = OPS[name].sources["c"]
-    for fname, text in src.items():
-        (tmp_path / fname).write_text(text)
-    (tmp_path / "t.c").write_text(_SUM_HARNESS.replace("NAME", name))
-    exe = tmp_path / "t"
-    r = subprocess.run([*cc, *cbuild.PINNED_FLAGS, "-I", str(tmp_path), str(tmp_path / "t.c"), "-o", str(exe), "-lm"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split() == ["0"]
+    assert run_harness(tmp_path, OPS[name].sources["c"], _SUM_HARNESS.replace("NAME", name)).split() == ["0"]

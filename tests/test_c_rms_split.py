@@ -8,14 +8,13 @@ tests/test_c_rms_bf16_isa.py and test_c_rms_vectors.py."""
 from __future__ import annotations
 
 import platform
-import subprocess
 
 import pytest
 
 import ropegen
-from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.backend import CBackend
 from ropegen.backends.c.rms_context import DEAL_ROWS, split_scale_log2
+from tests.c_harness import run_harness
 from tests.test_c_lanes import _cpu_has_avx2
 from tests.test_c_rms_bf16_isa import _probe
 
@@ -89,29 +88,21 @@ int main(void)
 """
 
 
-def _build(tmp_path, harness: str, name: str, *defines: str):
+def _run(tmp_path, harness: str, *defines: str) -> list[int]:
+    """The harness built beside b4096's sources and run: the numbers it prints."""
     if not _probe()[0]:
         pytest.skip("this C compiler (or its flags, e.g. -march=native) builds no vector variants")
-    op = ropegen.compile(SPEC)["b4096"]
-    for fname, text in op.sources["c"].items():
-        (tmp_path / fname).write_text(text)
-    if "rg_vsplit_bf16_avx2" not in (tmp_path / "b4096.c").read_text():
+    sources = ropegen.compile(SPEC)["b4096"].sources["c"]
+    if "rg_vsplit_bf16_avx2" not in sources["b4096.c"]:
         pytest.fail("b4096.c has no rg_vsplit_bf16_avx2")
-    (tmp_path / f"{name}.c").write_text(harness)
-    exe = tmp_path / name
-    r = subprocess.run([*cbuild.compiler(), *cbuild.PINNED_FLAGS, *defines, "-I", str(tmp_path),
-                        str(tmp_path / f"{name}.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return exe
+    return [int(v) for v in run_harness(tmp_path, sources, harness, *defines).split()]
 
 
 def test_the_split_is_the_carry_form_where_it_may_round(tmp_path):
     """Zeros of both signs and every float of exponent field 1..237 tried (ties included) round as the
     carry form rounds; subnormals and larger floats do not all (so the denormal flag and the scale bound
     are needed), and every vector holding a subnormal raises the denormal flag."""
-    exe = _build(tmp_path, _SPLIT_HARNESS, "split", "-DSTEP=4099")
-    helpers, seen, bad, sub_differ, sub_quiet, big_differ = map(
-        int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
+    helpers, seen, bad, sub_differ, sub_quiet, big_differ = _run(tmp_path, _SPLIT_HARNESS, "-DSTEP=4099")
     assert seen > 1_000_000 * helpers and bad == 0
     assert sub_differ > 0 and big_differ > 0
     assert sub_quiet == 0
@@ -185,7 +176,5 @@ def test_every_rounding_mode_gives_the_baseline_bits_and_mxcsr_back(tmp_path):
     the carry form does: the AVX2 variant then takes the carry form, the baseline's bits. In every
     setting the call leaves the mode as it was and keeps the flags the caller had (the split's row loop
     clears them while it runs)."""
-    exe = _build(tmp_path, _MXCSR_HARNESS, "modes", f"-DROWS={3 * DEAL_ROWS}")
-    differ, changed = map(int, subprocess.run([str(exe)], capture_output=True, text=True,
-                                              check=True).stdout.split())
+    differ, changed = _run(tmp_path, _MXCSR_HARNESS, f"-DROWS={3 * DEAL_ROWS}")
     assert (differ, changed) == (0, 0)
