@@ -262,3 +262,31 @@ rope r { in q: f32[batch=1, seq=1, heads=4, head_dim=64] in st: i64[]
     for _ in range(20):
         np.testing.assert_array_equal(op.run(q, st, backend="c", threads=1), want)
     assert len(made) == 1
+
+
+def test_out_over_its_own_sources_is_bound_as_in_place(llama):
+    """out= the very sources (in place, which bind allows) is bound for the quick per-call part, not
+    the whole way every call; same bits as inplace=True, and a new input over the bound outputs
+    (other than being them) is still refused."""
+    op = llama["llama3_8b"]
+    q, k = _qk(2, 12)
+    pos = np.array([5, 6], dtype=np.int64)
+    want = op.run(q.copy(), k.copy(), pos, backend="c", inplace=True)
+    q2, k2 = q.copy(), k.copy()
+    bound = op.bind(q2, k2, pos, out=(q2, k2))
+    assert not bound.slow
+    got = bound()
+    assert got[0] is q2 and got[1] is k2 and _same(got, want)
+    # the same through op.run's out=
+    q3, k3 = q.copy(), k.copy()
+    assert _same(op.run(q3, k3, pos, backend="c", out=(q3, k3)), want)
+    # q in place, k to an array of its own
+    q4, k4, ko = q.copy(), k.copy(), np.empty_like(k)
+    part = op.bind(q4, k4, pos, out=(q4, ko))
+    assert not part.slow
+    assert _same(part(), want) and _same(k4, k)
+    flat = np.zeros(q.size + 1, BF16)
+    over = flat[:q.size].reshape(q.shape)
+    over[...] = q
+    with pytest.raises(ValueError, match="exactly"):
+        op.bind(over, k.copy(), pos, out=(flat[1:].reshape(q.shape), np.empty_like(k)))

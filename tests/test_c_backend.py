@@ -555,6 +555,10 @@ def _layouts(op, args):
         padded = tuple(np.empty(o.shape[:-1] + (o.shape[-1] + 8,), o.dtype)[..., 4:-4] for o in fresh)
         out.append(("out= views", list(args), {"out": padded}))
         out.append(("in place", [a.copy() for a in args], {"inplace": True}))
+    specs = op.kernel("c").convention.specs
+    if all(o.over_src for o in specs):      # out= the very sources: in place, as bind allows it
+        over = [a.copy() for a in args]
+        out.append(("out= its sources", over, {"out": tuple(over[op.inputs.index(o.src)] for o in specs)}))
     return out
 
 
@@ -614,8 +618,18 @@ def _refused(op, args):
             bad.append((f"{op.inputs[i]} with a strided last axis", swap, {}))
     bad += [("too few inputs", args[:-1], {}), ("threads=0", args, {"threads": 0}),
             ("threads=True", args, {"threads": True}), ("out= and inplace", args, {"out": fresh, "inplace": True}),
-            ("out= too short", args, {"out": fresh[:-1]}),
-            ("out= over an input", args, {"out": tuple(args[:len(fresh)]) if op.kind == "rope" else (args[0],)})]
+            ("out= too short", args, {"out": fresh[:-1]})]
+    if not all(o.over_src for o in kern.convention.specs):    # an output of another type over its source
+        bad.append(("out= over an input", args, {"out": tuple(args[:len(fresh)]) if op.kind == "rope" else (args[0],)}))
+    # an output over its source one element on: not exactly the source, so bind refuses it
+    src = op.inputs.index(kern.convention.specs[0].src)
+    a = args[src]
+    flat = np.empty(a.size + 1, a.dtype)
+    shifted = list(args)
+    shifted[src] = flat[:-1].reshape(a.shape)
+    shifted[src][...] = a
+    bad.append(("out= over its source, shifted", shifted,
+                {"out": (flat[1:].reshape(a.shape),) + tuple(np.empty_like(o) for o in fresh[1:])}))
     ro = tuple(np.empty_like(o) for o in fresh)
     ro[0].flags.writeable = False
     bad.append(("read-only out=", args, {"out": ro}))

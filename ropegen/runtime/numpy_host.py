@@ -8,9 +8,10 @@ come from) what depends on it alone: symbol sizes, canonical strides, output sha
 Per call it reads addresses, alignment, writeability and scalars (`resolve` finds the signature,
 `values` does the per-call part; backends/c/call.py's BoundCall reuses both). A call that needs more than
 reading its arguments (a copy; a wrong count, dtype or shape; an empty rotated tensor; a misaligned
-or read-only array; outputs the caller gave that come near another argument in memory, in place
-included) gets None: the caller goes through Convention.bind, so every check, copy and message
-stays in one place, and this path only takes calls that bind accepts unchanged, with its values.
+or read-only array; outputs the caller gave that come near another argument in memory, but an output
+given as exactly its own source, which is the call in place) gets None: the caller goes through
+Convention.bind, so every check, copy and message stays in one place, and this path only takes calls
+that bind accepts unchanged, with its values.
 """
 from __future__ import annotations
 
@@ -283,16 +284,18 @@ class HostCall:
         return values, taken, outputs
 
     def apart(self, spans, addrs: list[int], out_addrs: list[int], in_place: bool) -> bool:
-        """The caller's outputs share no byte with each other or with any input (in place: but
-        their own sources, which they are); anything closer is for aliasing.check to judge."""
-        in_spans, out_spans = spans
+        """The caller's outputs share no byte with each other or with any input but their own
+        sources where they are exactly those (in place; given as out=, the outputs the signature lets be
+        their sources' very views, at their sources' addresses); anything closer is for aliasing.check
+        to judge."""
+        in_spans, out_spans, over = spans
         ins = [(addrs[i] + lo, addrs[i] + hi, i) for i, lo, hi in in_spans]
         outs = [(out_addrs[o] + lo, out_addrs[o] + hi, o) for o, lo, hi in out_spans]
         for n, (lo, hi, o) in enumerate(outs):
             for lo2, hi2, _ in outs[n + 1:]:
                 if lo2 <= hi and lo <= hi2:
                     return False
-            own = self.srcs[o] if in_place else -1
+            own = self.srcs[o] if in_place or (o in over and out_addrs[o] == addrs[self.srcs[o]]) else -1
             for lo2, hi2, i in ins:
                 if i != own and lo2 <= hi and lo <= hi2:
                     return False
@@ -363,7 +366,12 @@ class HostCall:
             # an output whose own elements overlap is for bind to refuse
             if any(aliasing.internal_overlap(_extent(y, 0)) is not False for y in ys):
                 return None
-            spans = (in_spans, out_spans)
+            # outputs given (out=) that may be exactly their sources, in place (aliasing.check's rule):
+            # written over their source element by element, which no other output reads, with its strides
+            over = () if mode != GIVEN else tuple(
+                j for j, (o, y) in enumerate(zip(conv.specs, ys))
+                if o.over_src and self.srcs.count(self.srcs[j]) == 1 and y.strides == taken[self.srcs[j]].strides)
+            spans = (in_spans, out_spans, over)
         return template, out_shapes, spans
 
 
