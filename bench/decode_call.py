@@ -1,7 +1,9 @@
 """The whole call from Python at decode sizes (T = 1 and 16): llama3 q[T,32,128] + k[T,8,128] (bf16 and f32)
 and RMSNorm [T, 4096] f32 on the C backend, one thread. Timed: `op.run` (NumPy arrays in, outputs
-out), the bound call `op.bind(...)()` on its bound arrays (outputs bound with out=), the bound call on
-arrays passed each call (`bound(q, k, pos)`, new outputs), and onnxruntime's whole `session.run` on the
+out), `op.run` writing into arrays the caller made (out=, NumPy's np.empty_like), the bound call
+`op.bind(...)()` on its bound arrays (outputs bound with out=), the bound call on arrays passed each
+call (`bound(q, k, pos)`, new outputs), the out= bound call on arrays and outputs passed each call
+(`bound(q, k, pos, out=...)`), and onnxruntime's whole `session.run` on the
 same shapes where it has the operator (no bf16 RotaryEmbedding). Min over rounds of 300 calls,
 the callables interleaved round by round (the min, because a shared machine only adds time).
 
@@ -74,9 +76,12 @@ def main() -> None:
             outs = op.run_all(*args, backend="c", threads=1)
             bound_out = op.bind(*args, backend="c", threads=1, out=outs)
             bound = op.bind(*args, backend="c", threads=1)
+            given = tuple(np.empty_like(o) for o in outs)
             fns = {"op.run": lambda: op.run(*args, backend="c", threads=1),
+                   "op.run out=": lambda: op.run(*args, backend="c", threads=1, out=given),
                    "bound()": bound_out,
-                   "bound(arrays)": lambda: bound(*args)}
+                   "bound(arrays)": lambda: bound(*args),
+                   "bound(arrays, out=)": lambda: bound_out(*args, out=given)}
             ort = onnx_run(op, arrays)
             if ort is not None:
                 fns["ort session.run"] = ort

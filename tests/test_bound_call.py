@@ -290,3 +290,24 @@ def test_out_over_its_own_sources_is_bound_as_in_place(llama):
     over[...] = q
     with pytest.raises(ValueError, match="exactly"):
         op.bind(over, k.copy(), pos, out=(flat[1:].reshape(q.shape), np.empty_like(k)))
+
+
+def test_run_with_out_in_a_loop(llama):
+    """op.run(..., out=) of one signature in a loop binds it, the outputs passed anew with each call
+    (in C where it can be): the same bits as without out=, into the arrays given; an out= over an
+    input is still refused on that way."""
+    op = llama["llama3_8b"]
+    pos = np.array([3, 4], dtype=np.int64)
+    bufs = [(np.empty((2, 32, 128), BF16), np.empty((2, 8, 128), BF16)) for _ in range(2)]
+    for i in range(5):
+        q, k = _qk(2, 20 + i)
+        want = op.run(q, k, pos, backend="c", threads=1)
+        got = op.run(q, k, pos, backend="c", threads=1, out=bufs[i % 2])
+        assert got[0] is bufs[i % 2][0] and got[1] is bufs[i % 2][1] and _same(got, want)
+    assert (1, "out") in op.kernel("c")._last
+    q, k = _qk(2, 30)
+    with pytest.raises(ValueError, match="still to be read"):
+        op.run(q, k, pos, backend="c", threads=1, out=(bufs[0][0], q.reshape(-1)[:k.size].reshape(k.shape)))
+    with pytest.raises(ValueError):
+        op.run(q, k, pos, backend="c", threads=1, out=(bufs[0][0].astype(np.float32), bufs[0][1]))
+    assert _same(op.run(q, k, pos, backend="c", threads=1, out=bufs[1]), op.run(q, k, pos, backend="c", threads=1))

@@ -254,15 +254,67 @@ def test_malformed_bindings_are_errors_not_crashes(ops):
     f32 = np.dtype(np.float32)
     good_in = (f32, (1, 256), (1024, 4), 3, (0,), 0, -1)
     cases = [
-        ((1, [0], [(f32, (1, 256), (1024, 4), 3, (5,), 0, -1)], [], None, [], False, print, [], []), ValueError),
-        ((1, [0], [(f32, (1, 256), (4,), 3, (0,), 0, -1)], [], None, [], False, print, [], []), ValueError),
-        ((1, [0, 0], [good_in], [(f32, (1, 256), None, (2,))], None, [], False, print, [], []), ValueError),
-        ((1, [0, 0], [good_in], [], None, [], False, print, [(3, (1,))], []), ValueError),
-        ((1, [0, 0], [good_in], [], None, [], False, print, [(0, (1,))], [(1, 0, 3)]), ValueError),
-        ((0, [0], [good_in], [], None, [], False, print, [], []), ValueError),
-        ((1, [0], [("f4", (1,), (4,), 3, (0,), 0, -1)], [], None, [], False, print, [], []), TypeError),
-        ((1, [0], [good_in], [], None, [], False, "not callable", [], []), TypeError),
+        ((1, [0], [(f32, (1, 256), (1024, 4), 3, (5,), 0, -1)], [], None, [], False, print, [], [], []), ValueError),
+        ((1, [0], [(f32, (1, 256), (4,), 3, (0,), 0, -1)], [], None, [], False, print, [], [], []), ValueError),
+        ((1, [0, 0], [good_in], [(f32, (1, 256), None, (2,))], None, [], False, print, [], [], []), ValueError),
+        ((1, [0, 0], [good_in], [], None, [], False, print, [(3, (1,))], [], []), ValueError),
+        ((1, [0, 0], [good_in], [], None, [], False, print, [(0, (1,))], [(1, 0, 3)], []), ValueError),
+        ((0, [0], [good_in], [], None, [], False, print, [], [], []), ValueError),
+        ((1, [0], [("f4", (1,), (4,), 3, (0,), 0, -1)], [], None, [], False, print, [], [], []), TypeError),
+        ((1, [0], [good_in], [], None, [], False, "not callable", [], [], []), TypeError),
+        # given outputs (out= passed anew): a word index out of range, in place beside them, both ways
+        ((1, [0], [good_in], [], None, [], False, print, [], [], [(f32, (1, 256), (1024, 4), 3, (7,), 0, -1)]),
+         ValueError),
+        ((1, [0, 0], [good_in], [], None, [], False, print, [(0, (1,))], [], [good_in]), ValueError),
+        ((1, [0, 0], [good_in], [(f32, (1, 256), None, (1,))], None, [], False, print, [], [], [good_in]), ValueError),
     ]
     for args, error in cases:
         with pytest.raises(error):
             Call(*args)
+
+
+@needs_ext
+def test_outputs_passed_anew(ops):
+    """A call bound with out= takes new outputs after its inputs, in C: the same bits as the Python
+    path, the outputs returned (no reference lost); an output of another signature, read-only,
+    misaligned, or sharing a byte with another output or any input, is declined, and the Python path
+    refuses it (or, an output exactly over its source, runs it)."""
+    op = ops["r"]
+    q, k, pos, cos, sin = _qk(3, 12)
+    want = op.run(q, k, pos, cos, sin, backend="c")
+    bound = op.bind(q, k, pos, cos, sin, threads=1, out=(np.empty_like(q), np.empty_like(k)))
+    assert bound.c is not None
+    qo, ko = np.empty_like(q), np.empty_like(k)
+    before = [sys.getrefcount(a) for a in (qo, ko)]
+    got = bound.c(q, k, pos, cos, sin, qo, ko)
+    assert got[0] is qo and got[1] is ko and [_bits(a) for a in got] == [_bits(a) for a in want]
+    del got
+    assert [sys.getrefcount(a) for a in (qo, ko)] == before
+    frozen = np.empty_like(q)
+    frozen.flags.writeable = False
+    flat = np.zeros(q.size + k.size, BF16)
+    table = np.zeros((ROWS, 32), np.float32)
+    declined = {
+        "another dtype": (q.astype(np.float32), ko),
+        "another shape": (q[:2], ko),
+        "another strides": (np.empty((3, 4, 128), BF16)[:, :, :64], ko),
+        "read-only": (frozen, ko),
+        "misaligned": (np.zeros(q.nbytes + 1, np.uint8)[1:].view(BF16).reshape(q.shape), ko),
+        "over each other": (flat[:q.size].reshape(q.shape), flat[q.size - 64:q.size - 64 + k.size].reshape(k.shape)),
+        "over an input": (table.view(BF16).reshape(-1)[:q.size].reshape(q.shape), ko),
+        "over its source": (q, ko),
+    }
+    for what, outs in declined.items():
+        args = (q, k, pos, table if what == "over an input" else cos, sin)
+        assert bound.c(*args, *outs) is None, what
+        if what == "over its source":
+            continue
+        with pytest.raises(ValueError):
+            bound(*args, out=outs)
+    # exactly over its source: declined in C, run in place by the Python path
+    q2 = q.copy()
+    got = bound(q2, k, pos, cos, sin, out=(q2, ko))
+    assert got[0] is q2 and _bits(q2) == _bits(want[0])
+    # a call passing no outputs still runs on the bound ones; a Call holding none declines it
+    assert [_bits(a) for a in bound.c(q, k, pos, cos, sin)] == [_bits(a) for a in want]
+    assert bound.forget().c(q, k, pos, cos, sin) is None

@@ -12,7 +12,7 @@ import numpy as np
 from ropegen.backends.c import fastcall
 from ropegen.lower import status
 from ropegen.runtime.aligned import allocator
-from ropegen.runtime.numpy_host import ALLOCATED, IN_PLACE, address, pointer_arg
+from ropegen.runtime.numpy_host import ALLOCATED, GIVEN, IN_PLACE, address, pointer_arg
 
 if TYPE_CHECKING:   # annotations only
     from ropegen.backends.c.call import CKernel
@@ -85,17 +85,25 @@ class BoundCall:
         self.ctypes = [q.ctype for q in kern.params]
         self.args = [t(v) for t, v in zip(self.ctypes, values)]
         self.outputs = outputs
+        # the outputs' signature (out= passed anew with a call must match it)
+        self.out_sig = [(np.dtype(dtype), shape, y.strides) for (shape, dtype), y in zip(self.out_shapes, outputs)] \
+            if self.mode == GIVEN else []
         self.single = bare and len(outputs) == 1
         self.returned = outputs[0] if self.single else outputs
         # outputs the caller owns: the whole argument tuple is fixed
         self.fixed = tuple(self.args) if self.mode != ALLOCATED else None
         self.given = dict(zip(kern.convention.names, self.arrays))
         # the per-call part in C where it can be (fastcall.py); None: quick() below
+        self.values = values
         self.c = fastcall.call_for(self, kern.words, values, partial(raise_status, kern.plan, kern.convention.names))
 
     def forget(self) -> BoundCall:
         """Drop the bound arrays (the kernel's own cache keeps only the signature): from here on only
-        quick() may be called."""
+        quick() may be called, or passed() where out= was bound."""
+        if self.mode == GIVEN and self.c is not None:     # a Call holding no bound output
+            kern = self.kern
+            self.c = fastcall.call_for(self, kern.words, self.values,
+                                       partial(raise_status, kern.plan, kern.convention.names), keep=False)
         self.arrays = self.outputs = self.returned = self.fixed = self.given = None
         self.options = {**self.options, "out": None}
         return self
@@ -129,17 +137,26 @@ class BoundCall:
 
     def call(self, arrays: Sequence, out=None):
         """Run on new arrays of the bound signature (see the class docstring)."""
-        if out is None:
-            got = self.quick(arrays)
-            if got is not None:
-                return got
+        got = self.quick(arrays) if out is None else self.passed(arrays, out)
+        if got is not None:
+            return got
         return self._checked(arrays, out)
+
+    def passed(self, arrays: Sequence, out):
+        """A call with out= of the bound signature passed anew, in C (fastcall.c: the outputs checked as
+        inputs are, writeable, overlapping nothing); None where that does not take it."""
+        if self.c is None or self.mode != GIVEN:
+            return None
+        outs = (out,) if type(out) is np.ndarray else out
+        if type(outs) is not tuple and type(outs) is not list:
+            return None
+        return self.c(*arrays, *outs)
 
     def quick(self, arrays: Sequence):
         """The outputs of a call on new input arrays, or None where a check fails or needs more than
         its one pass (scalars, in place, near the bound outputs): _checked then says why or runs it."""
-        if self.slow or len(arrays) != self.n:
-            return None
+        if self.slow or len(arrays) != self.n or (self.mode == GIVEN and self.outputs is None):
+            return None     # (forgotten outputs: op.run's call bound for out= passes them anew, passed())
         if self.c is not None:
             got = self.c(*arrays)
             if got is not None:

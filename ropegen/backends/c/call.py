@@ -74,13 +74,16 @@ class CKernel:
 
     def __call__(self, *arrays, threads: int | None = None, out=None, inplace: bool = False,
                  check: bool = True) -> tuple[np.ndarray, ...]:
-        cache = out is None and (threads is None or type(threads) is int)
+        cache = (threads is None or type(threads) is int) and (out is None or inplace is False)
         if cache:   # a loop of one signature: the call bound for it takes the arrays in one pass
-            key = (threads, inplace is True)
+            key = (threads, inplace is True) if out is None else (threads, "out")
             last = self._last.get(key)
             if last is not None:
-                c = last.c      # the bound call's per-call part in C (fastcall.py), else its quick()
-                got = c(*arrays) if c is not None else last.quick(arrays)
+                if out is not None:     # out= anew each call: in C (BoundCall.passed), or the way below
+                    got = last.passed(arrays, out)
+                else:
+                    c = last.c      # the bound call's per-call part in C (fastcall.py), else its quick()
+                    got = c(*arrays) if c is not None else last.quick(arrays)
                 if got is not None:
                     return got
         found = self.fast.resolve(arrays, threads, out, inplace)
@@ -101,7 +104,7 @@ class CKernel:
                 # the same signature twice in a row: bind it (a loop of mixed signatures never does),
                 # once: a bound call whose quick path declines (a scalar input) is not rebuilt per call
                 if made is None or made.made_for is not found[-1]:
-                    bound = BoundCall(self, arrays, threads, None, inplace, False, (found, fast)).forget()
+                    bound = BoundCall(self, arrays, threads, out, inplace, False, (found, fast)).forget()
                     bound.made_for = found[-1]
                     self._last[key] = bound
             else:

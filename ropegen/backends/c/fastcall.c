@@ -9,6 +9,9 @@
  * allocated; and the kernel is called through its words entry point (every parameter one int64 word,
  * templates/c/_host.inc.j2), so one C prototype serves every operator.
  *
+ * Where the caller gives the outputs (out=), a call may pass new ones after the inputs, each checked
+ * as an input is and for writeability, and none sharing a byte with another output or any input.
+ *
  * A call this does not take returns None (a differing array, an overlap, a scalar): the caller then
  * makes the same call in Python, which says why or runs it. A nonzero kernel status is handed to the
  * bound `on_status(code, arrays)`, which raises the operator's error.
@@ -77,6 +80,8 @@ typedef struct {
     Py_ssize_t nsrc, nospans;    /* in place: each output's source, and the outputs' spans */
     rg_src *srcs;
     rg_span *ospans;
+    Py_ssize_t ngiven;           /* out=: outputs a call may pass after its inputs, checked as these */
+    rg_in *given;
     PyObject *fixed;             /* the value returned when the outputs are the caller's, else NULL */
     int single;
     int state;                   /* 0: new, 1: being initialized (or that failed), 2: ready */
@@ -86,6 +91,8 @@ typedef struct {
 static void call_dealloc(rg_call *self)
 {
     for (Py_ssize_t i = 0; i < self->nin; ++i) Py_XDECREF(self->in[i].descr);
+    for (Py_ssize_t o = 0; o < self->ngiven; ++o) Py_XDECREF(self->given[o].descr);
+    PyMem_Free(self->given);
     for (Py_ssize_t o = 0; o < self->nout; ++o) {
         Py_XDECREF(self->out[o].descr);
         Py_XDECREF(self->out[o].alloc);
@@ -146,16 +153,49 @@ static int read_dtype(PyObject *obj, PyArray_Descr **descr)
     return 0;
 }
 
-/* Call(fn, words, inputs, outputs, fixed, spans, single, on_status, sources, out_spans):
+/* arrays described as (dtype, shape, strides, mask, pointer words, lo, hi) into a[0..*count); each
+ * descr is owned once counted; -1 with an exception */
+static int read_arrays(PyObject *seq, const char *what, Py_ssize_t nwords, rg_in **into, Py_ssize_t *count)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return -1;
+    const Py_ssize_t n_all = PySequence_Fast_GET_SIZE(fast);
+    if (n_all > RG_MAX_INPUTS) { Py_DECREF(fast); PyErr_Format(PyExc_ValueError, "too many %s", what); return -1; }
+    rg_in *arr = *into = PyMem_Calloc(n_all ? n_all : 1, sizeof(rg_in));
+    if (!arr) { Py_DECREF(fast); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n_all; ++i) {
+        rg_in *a = &arr[i];
+        PyObject *dt, *shape, *strides, *ptrs;
+        Py_ssize_t mask, lo, hi, n, nd2;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "OOOnOnn", &dt, &shape, &strides, &mask, &ptrs,
+                              &lo, &hi)
+            || read_dtype(dt, &a->descr) < 0) { Py_DECREF(fast); return -1; }
+        *count = i + 1;   /* the descr is owned from here (dealloc) */
+        if (read_ints(shape, a->dims, NPY_MAXDIMS, &n, "shape") < 0
+            || read_ints(strides, a->strides, NPY_MAXDIMS, &nd2, "strides") < 0
+            || read_ptrs(ptrs, nwords, a->ptr, &a->nptr) < 0) { Py_DECREF(fast); return -1; }
+        if (nd2 != n) { Py_DECREF(fast); PyErr_SetString(PyExc_ValueError, "shape and strides differ in rank"); return -1; }
+        a->nd = (int)n;
+        a->mask = mask;
+        a->lo = lo;
+        a->hi = hi;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* Call(fn, words, inputs, outputs, fixed, spans, single, on_status, sources, out_spans, given):
  *   inputs:    (dtype, shape, strides, mask, pointer words, lo, hi) each
  *   outputs:   (dtype, shape, allocator or None, pointer words) each, when allocated per call
  *   spans:     (lo, hi) absolute byte spans of the fixed outputs (fixed: what is returned)
  *   sources:   in place: (source input, pointer words) per output
- *   out_spans: in place: (output, lo, hi), its bytes from its address */
+ *   out_spans: in place: (output, lo, hi), its bytes from its address
+ *   given:     out=: the outputs a call may pass after its inputs, described as inputs are (with
+ *              fixed None, a call must pass them) */
 static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
 {
     unsigned long long fn;
-    PyObject *words, *inputs, *outputs, *fixed, *spans, *on_status, *sources, *out_spans;
+    PyObject *words, *inputs, *outputs, *fixed, *spans, *on_status, *sources, *out_spans, *given;
     int single;
     npy_intp tmp[RG_MAX_WORDS];
     Py_ssize_t n;
@@ -168,8 +208,8 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "Call takes positional arguments only");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "KOOOOOpOOO", &fn, &words, &inputs, &outputs, &fixed, &spans, &single,
-                          &on_status, &sources, &out_spans))
+    if (!PyArg_ParseTuple(args, "KOOOOOpOOOO", &fn, &words, &inputs, &outputs, &fixed, &spans, &single,
+                          &on_status, &sources, &out_spans, &given))
         return -1;
     if (!fn) {
         PyErr_SetString(PyExc_ValueError, "no function address");
@@ -190,30 +230,13 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
     }
     self->single = single;
 
-    PyObject *ins = PySequence_Fast(inputs, "inputs");
-    if (!ins) return -1;
-    Py_ssize_t nin = PySequence_Fast_GET_SIZE(ins);
-    if (nin > RG_MAX_INPUTS) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "too many inputs"); return -1; }
-    self->in = PyMem_Calloc(nin ? nin : 1, sizeof(rg_in));
-    if (!self->in) { Py_DECREF(ins); PyErr_NoMemory(); return -1; }
-    for (Py_ssize_t i = 0; i < nin; ++i) {
-        rg_in *a = &self->in[i];
-        PyObject *dt, *shape, *strides, *ptrs;
-        Py_ssize_t mask, lo, hi, nd2;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(ins, i), "OOOnOnn", &dt, &shape, &strides, &mask, &ptrs,
-                              &lo, &hi)
-            || read_dtype(dt, &a->descr) < 0) { Py_DECREF(ins); return -1; }
-        self->nin = i + 1;   /* the descr is owned from here (dealloc) */
-        if (read_ints(shape, a->dims, NPY_MAXDIMS, &n, "shape") < 0
-            || read_ints(strides, a->strides, NPY_MAXDIMS, &nd2, "strides") < 0
-            || read_ptrs(ptrs, self->nwords, a->ptr, &a->nptr) < 0) { Py_DECREF(ins); return -1; }
-        if (nd2 != n) { Py_DECREF(ins); PyErr_SetString(PyExc_ValueError, "shape and strides differ in rank"); return -1; }
-        a->nd = (int)n;
-        a->mask = mask;
-        a->lo = lo;
-        a->hi = hi;
+    if (read_arrays(inputs, "inputs", self->nwords, &self->in, &self->nin) < 0
+        || read_arrays(given, "given outputs", self->nwords, &self->given, &self->ngiven) < 0)
+        return -1;
+    if (self->nin + self->ngiven > RG_MAX_INPUTS) {
+        PyErr_SetString(PyExc_ValueError, "too many inputs and outputs");
+        return -1;
     }
-    Py_DECREF(ins);
 
     PyObject *outs = PySequence_Fast(outputs, "outputs");
     if (!outs) return -1;
@@ -277,8 +300,12 @@ static int call_init(rg_call *self, PyObject *args, PyObject *kwds)
         if (y->o < 0 || y->o >= self->nsrc) { Py_DECREF(os); PyErr_SetString(PyExc_ValueError, "output out of range"); return -1; }
     }
     Py_DECREF(os);
-    if (self->nsrc && (self->nout || self->fixed)) {
+    if (self->nsrc && (self->nout || self->fixed || self->ngiven)) {
         PyErr_SetString(PyExc_ValueError, "in place takes no other outputs");
+        return -1;
+    }
+    if (self->ngiven && self->nout) {
+        PyErr_SetString(PyExc_ValueError, "outputs are given or allocated, not both");
         return -1;
     }
     self->state = 2;
@@ -303,6 +330,40 @@ static int apart(const rg_call *self, PyObject *const *args, const npy_intp *add
         for (Py_ssize_t i = 0; i < self->nin; ++i) {
             const rg_in *in = &self->in[i];
             if (i != own && in->hi >= in->lo && addr[i] + in->lo <= hi && lo <= addr[i] + in->hi) return 0;
+        }
+    }
+    return 1;
+}
+
+/* out= passed: each output (after the inputs in args) of the bound signature, aligned and writeable,
+ * its words set, and sharing no byte with another output or with any input (runtime/numpy_host.py's
+ * HostCall.apart; an output exactly over its own source is left to it); 0: decline. */
+static int given_apart(const rg_call *self, PyObject *const *args, const npy_intp *addr, int64_t *words)
+{
+    npy_intp lo[RG_MAX_INPUTS], hi[RG_MAX_INPUTS];
+    for (Py_ssize_t o = 0; o < self->ngiven; ++o) {
+        const rg_in *want = &self->given[o];
+        PyObject *obj = args[self->nin + o];
+        if (!PyArray_CheckExact(obj)) return 0;
+        PyArrayObject *a = (PyArrayObject *)obj;
+        PyArray_Descr *d = PyArray_DESCR(a);
+        if ((d != want->descr && !PyArray_EquivTypes(d, want->descr)) || PyArray_NDIM(a) != want->nd
+            || !PyArray_CompareLists(PyArray_DIMS(a), want->dims, want->nd)
+            || !PyArray_CompareLists(PyArray_STRIDES(a), want->strides, want->nd) || !PyArray_ISWRITEABLE(a))
+            return 0;
+        const npy_intp at = (npy_intp)(uintptr_t)PyArray_DATA(a);
+        if (at & want->mask) return 0;
+        lo[o] = at + want->lo;
+        hi[o] = at + want->hi;
+        for (Py_ssize_t j = 0; j < want->nptr; ++j) words[want->ptr[j]] = (int64_t)at;
+    }
+    for (Py_ssize_t o = 0; o < self->ngiven; ++o) {
+        if (self->given[o].hi < self->given[o].lo) continue;   /* empty */
+        for (Py_ssize_t m = o + 1; m < self->ngiven; ++m)
+            if (self->given[m].hi >= self->given[m].lo && lo[m] <= hi[o] && lo[o] <= hi[m]) return 0;
+        for (Py_ssize_t i = 0; i < self->nin; ++i) {
+            const rg_in *in = &self->in[i];
+            if (in->hi >= in->lo && addr[i] + in->lo <= hi[o] && lo[o] <= addr[i] + in->hi) return 0;
         }
     }
     return 1;
@@ -351,11 +412,14 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
 {
     rg_call *self = (rg_call *)obj;
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (self->state != 2 || kwnames || nargs != self->nin) Py_RETURN_NONE;
+    if (self->state != 2 || kwnames) Py_RETURN_NONE;
+    /* out= passed: the outputs follow the inputs (the bound outputs' spans do not apply) */
+    const int passed = self->ngiven && nargs == self->nin + self->ngiven;
+    if (!passed && (nargs != self->nin || (self->ngiven && !self->fixed))) Py_RETURN_NONE;
     int64_t words[RG_MAX_WORDS];
     npy_intp addr[RG_MAX_INPUTS];
     memcpy(words, self->words, sizeof(int64_t) * (size_t)self->nwords);
-    for (Py_ssize_t i = 0; i < nargs; ++i) {
+    for (Py_ssize_t i = 0; i < self->nin; ++i) {
         const rg_in *want = &self->in[i];
         if (!PyArray_CheckExact(args[i])) Py_RETURN_NONE;
         PyArrayObject *a = (PyArrayObject *)args[i];
@@ -366,13 +430,14 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
             Py_RETURN_NONE;
         const npy_intp at = (npy_intp)(uintptr_t)PyArray_DATA(a);
         if (at & want->mask) Py_RETURN_NONE;
-        if (want->hi >= want->lo) {
+        if (want->hi >= want->lo && !passed) {
             for (Py_ssize_t s = 0; s < self->nspans; ++s)
                 if (self->spans[s][0] <= at + want->hi && at + want->lo <= self->spans[s][1]) Py_RETURN_NONE;
         }
         for (Py_ssize_t j = 0; j < want->nptr; ++j) words[want->ptr[j]] = (int64_t)at;
         addr[i] = at;
     }
+    if (passed && !given_apart(self, args, addr, words)) Py_RETURN_NONE;
     if (self->nsrc) {
         if (!apart(self, args, addr)) Py_RETURN_NONE;
         for (Py_ssize_t o = 0; o < self->nsrc; ++o)
@@ -389,9 +454,9 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     code = self->fn(words);
     Py_END_ALLOW_THREADS
     if (code) {
-        PyObject *given = PyTuple_New(nargs);
+        PyObject *given = PyTuple_New(self->nin);
         if (given) {
-            for (Py_ssize_t i = 0; i < nargs; ++i) { Py_INCREF(args[i]); PyTuple_SET_ITEM(given, i, args[i]); }
+            for (Py_ssize_t i = 0; i < self->nin; ++i) { Py_INCREF(args[i]); PyTuple_SET_ITEM(given, i, args[i]); }
             PyObject *r = PyObject_CallFunction(self->on_status, "iO", code, given);
             Py_XDECREF(r);
             Py_DECREF(given);
@@ -399,7 +464,17 @@ static PyObject *call_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "kernel status %d", code);
         goto out;
     }
-    if (self->fixed) {
+    if (passed) {    /* the outputs the call passed */
+        const Py_ssize_t n_out = self->ngiven;
+        if (self->single && n_out == 1) {
+            result = args[self->nin];
+            Py_INCREF(result);
+        } else if ((result = PyTuple_New(n_out)))
+            for (Py_ssize_t o = 0; o < n_out; ++o) {
+                Py_INCREF(args[self->nin + o]);
+                PyTuple_SET_ITEM(result, o, args[self->nin + o]);
+            }
+    } else if (self->fixed) {
         Py_INCREF(self->fixed);
         result = self->fixed;
     } else if (self->nsrc) {    /* in place: the sources are the outputs */

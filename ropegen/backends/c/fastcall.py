@@ -62,14 +62,16 @@ def _loaded() -> tuple[ModuleType | None, str | None]:
     return mod, None
 
 
-def call_for(bound, words_address: int | None, values: list[int], raise_status) -> object | None:
+def call_for(bound, words_address: int | None, values: list[int], raise_status, keep: bool = True) -> object | None:
     """The extension's Call for a BoundCall (backends/c/bound.py) bound to `values` (its parameter
     values), or None where its calls stay in Python: no extension or words entry point, a scalar input
     (read per call), more words or inputs than it holds. raise_status(code, arrays) raises a nonzero
     status; it must not hold the bound call (the Call keeps it, and a cycle through a C object is never
-    collected)."""
+    collected). Outputs the caller gave (out=) may be passed anew after the inputs of a call; keep=False:
+    the Call holds no bound output, and every call must pass them."""
     mod = module()
-    if mod is None or words_address is None or len(values) > mod.MAX_WORDS or len(bound.per_input) > mod.MAX_INPUTS:
+    if mod is None or words_address is None or len(values) > mod.MAX_WORDS or \
+            len(bound.per_input) + len(bound.out_shapes) > mod.MAX_INPUTS:
         return None
     if any(ptrs is None or len(ptrs) > 4 for *_, ptrs, _, _ in bound.per_input):
         return None
@@ -78,14 +80,21 @@ def call_for(bound, words_address: int | None, values: list[int], raise_status) 
         words_of.setdefault(o, []).append(j)
     if any(len(w) > 4 for w in words_of.values()):
         return None
-    outputs, fixed, spans, sources, out_spans = [], None, [], [], []
+    outputs, fixed, spans, sources, out_spans, given = [], None, [], [], [], []
     if bound.mode == ALLOCATED:
         outputs = [(dtype, shape, None if alloc is fresh_on_a_line else alloc, tuple(words_of.get(o, ())))
                    for o, (alloc, shape, dtype) in enumerate(bound.allocs)]
     elif bound.mode == IN_PLACE:
         sources = [(i, tuple(words_of.get(o, ()))) for o, i in enumerate(bound.kern.fast.srcs)]
         out_spans = list(bound.spans[1])
-    else:   # the caller's outputs, bound
-        fixed, spans = bound.returned, bound.out_bytes
+    else:   # the caller's outputs, bound, or passed with each call in the bound signature
+        if keep:
+            fixed, spans = bound.returned, bound.out_bytes
+        aligned = set(bound.kern.fast.out_aligned)
+        at = {o: (lo, hi) for o, lo, hi in bound.spans[1]}
+        given = [(dtype, shape, strides, dtype.alignment - 1 if o in aligned else 0, tuple(words_of.get(o, ())),
+                  *at.get(o, (0, -1))) for o, (dtype, shape, strides) in enumerate(bound.out_sig)]
+        if any(len(w) > 4 for *_, w, _, _ in given):
+            return None
     return mod.Call(words_address, values, list(bound.per_input), outputs, fixed, spans, bound.single, raise_status,
-                    sources, out_spans)
+                    sources, out_spans, given)
