@@ -259,24 +259,23 @@ static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
     if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
     else _mm_storeu_si128((__m128i *)(void *)d, v);
 }
+/* 32 and 64 bytes: one store where aligned to its width (a whole line when streamed), else halves as
+ * rg_vst_f32_* stores them */
 static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
 {
-    if (!nt) {
-        _mm256_storeu_si256((__m256i *)(void *)d, v);
-    } else if (((uintptr_t)(void *)d & 31u) == 0) {
-        _mm256_stream_si256((__m256i *)(void *)d, v);
+    if (((uintptr_t)(void *)d & 31u) == 0) {
+        if (nt) _mm256_stream_si256((__m256i *)(void *)d, v);
+        else _mm256_storeu_si256((__m256i *)(void *)d, v);
     } else {
         rg_put16(d, _mm256_castsi256_si128(v), nt);
         rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
     }
 }
-/* 64 bytes: one store, a whole line when streamed aligned */
 static inline RG_TARGET_AVX512 void rg_put64(uint16_t *d, __m512i v, int nt)
 {
-    if (!nt) {
-        _mm512_storeu_si512((void *)d, v);
-    } else if (((uintptr_t)(void *)d & 63u) == 0) {
-        _mm512_stream_si512((void *)d, v);
+    if (((uintptr_t)(void *)d & 63u) == 0) {
+        if (nt) _mm512_stream_si512((void *)d, v);
+        else _mm512_storeu_si512((void *)d, v);
     } else {
         rg_put32(d, _mm512_castsi512_si256(v), nt);
         rg_put32(d + 16, _mm512_extracti64x4_epi64(v, 1), nt);
