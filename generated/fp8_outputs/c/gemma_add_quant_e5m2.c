@@ -519,7 +519,7 @@ static inline uint8_t rg_rms_quant(rg_prod v, float qs) { return rg_store_f32_f8
 /* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w, uint8_t *y, uint16_t *h, int64_t r0, int64_t r1, int stream, int w_finite, float qs)
 {
-    uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
@@ -562,7 +562,7 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
 #if RG_DISPATCH
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, const rg_prod *w, uint8_t *y, uint16_t *h, int64_t r0, int64_t r1, int stream, int w_finite, float qs)
 {
-    uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
@@ -604,7 +604,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
 
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *res, const rg_prod *w, uint8_t *y, uint16_t *h, int64_t r0, int64_t r1, int stream, int w_finite, float qs)
 {
-    uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;

@@ -521,7 +521,7 @@ static inline uint8_t rg_rms_y_fast(rg_prod v, float qs) { return rg_store_f32_f
 /* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const rg_prod *w, uint8_t *y, int64_t r0, int64_t r1, int stream, int w_finite, float qs)
 {
-    uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -558,7 +558,7 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint8_t *y, int64_t
 #if RG_DISPATCH
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint8_t *y, int64_t r0, int64_t r1, int stream, int w_finite, float qs)
 {
-    uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -594,7 +594,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
 
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint8_t *y, int64_t r0, int64_t r1, int stream, int w_finite, float qs)
 {
-    uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;

@@ -447,7 +447,7 @@ static inline uint16_t rg_rms_y_fast(rg_prod v) { return (uint16_t)(rg_rms_bf16_
 /* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -484,7 +484,7 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
 #if RG_DISPATCH
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -520,7 +520,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
 
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;

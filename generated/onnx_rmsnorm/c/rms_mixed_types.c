@@ -445,7 +445,7 @@ static inline rg_stash rg_sum_squares(const uint16_t *x)
 /* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -475,7 +475,7 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r
 #if RG_DISPATCH
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -504,7 +504,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, floa
 
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;

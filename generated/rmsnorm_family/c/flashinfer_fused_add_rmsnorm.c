@@ -451,7 +451,7 @@ static inline rg_stash rg_sum_squares(const uint16_t *x, const uint16_t *r)
 /* rows [r0, r1) */
 static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w, uint16_t *y, uint16_t *h, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
@@ -494,7 +494,7 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
 #if RG_DISPATCH
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, const rg_prod *w, uint16_t *y, uint16_t *h, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
@@ -536,7 +536,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
 
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *res, const rg_prod *w, uint16_t *y, uint16_t *h, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;

@@ -1006,7 +1006,7 @@ static inline RG_TARGET_AVX512 void rg_deal_scale_avx512(rg_prod *w)
 
 static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     for (int64_t r = r0; r < r1; ++r) {
@@ -1112,7 +1112,7 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
 }
 static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
@@ -1246,7 +1246,7 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
 }
 static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
@@ -1373,7 +1373,7 @@ static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr
 }
 static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
 {
-    uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */

@@ -517,7 +517,7 @@ static inline RG_TARGET_AVX512 __m512 rg_vsame_avx512(__m512 v) { return v; }
 /* rows [r0, r1) */
 static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
@@ -587,7 +587,7 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(float *yr, const float *
 }
 static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
@@ -675,7 +675,7 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(float *yr, const flo
 }
 static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, float *y, int64_t r0, int64_t r1, int stream, int w_finite)
 {
-    float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` */
+    _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;

@@ -623,7 +623,7 @@ static void rg_run_base(const struct rg_args *rg_a, int64_t rg_t0, int64_t rg_t1
      * mostly takes (the schedule is guided: each thread takes runs of chunks in order) */
     const int64_t rg_ntok = rg_B * rg_S;
     const int rg_stream = rg_a->rg_stream;
-    uint16_t rg_buf[256];      /* one head, when streaming */
+    _Alignas(64) uint16_t rg_buf[256];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
@@ -737,7 +737,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
      * mostly takes (the schedule is guided: each thread takes runs of chunks in order) */
     const int64_t rg_ntok = rg_B * rg_S;
     const int rg_stream = rg_a->rg_stream;
-    uint16_t rg_buf[256];      /* one head, when streaming */
+    _Alignas(64) uint16_t rg_buf[256];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
@@ -860,7 +860,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
      * mostly takes (the schedule is guided: each thread takes runs of chunks in order) */
     const int64_t rg_ntok = rg_B * rg_S;
     const int rg_stream = rg_a->rg_stream;
-    uint16_t rg_buf[256];      /* one head, when streaming */
+    _Alignas(64) uint16_t rg_buf[256];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
