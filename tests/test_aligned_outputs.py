@@ -156,3 +156,14 @@ def test_op_run_reuses_dropped_outputs_and_never_one_the_caller_holds(fastcall, 
         del third
         again = call(args[0])[0]
         assert np.array_equal(again.view(np.uint16), want[0][0].view(np.uint16))
+
+
+def test_empty_takes_what_numpy_takes():
+    """aligned.empty, which the README offers for out= arrays: any dtype np.dtype takes and an int or a
+    list for the shape, on a line."""
+    import ml_dtypes
+    for dtype in (np.float32, ml_dtypes.bfloat16, "f2", np.dtype(np.float64)):
+        for shape in (7, [3, 5], (2, 32, 128)):
+            a = aligned.empty(shape, dtype)
+            assert a.dtype == np.dtype(dtype) and a.shape == ((7,) if shape == 7 else tuple(shape))
+            assert a.ctypes.data % 64 == 0

@@ -145,7 +145,12 @@ def _on_a_line(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return _POOL.take(dtype.itemsize * prod(shape)).view(dtype).reshape(shape)
 
 
-def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def empty(shape: tuple[int, ...] | int, dtype) -> np.ndarray:
     """np.empty(shape, dtype), starting on a 64-byte boundary (from the pool when it has ALIGN_MIN_BYTES
-    or more)."""
+    or more): outputs for out= that the kernels' vector stores write whole. dtype: anything np.dtype
+    takes (np.float32, ml_dtypes.bfloat16, "f2")."""
+    if type(shape) is not tuple:
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
     return allocator(shape, dtype)(shape, dtype)
