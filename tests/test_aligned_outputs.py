@@ -161,7 +161,6 @@ def test_op_run_reuses_dropped_outputs_and_never_one_the_caller_holds(fastcall, 
 def test_empty_takes_what_numpy_takes():
     """aligned.empty, which the README offers for out= arrays: any dtype np.dtype takes and an int or a
     list for the shape, on a line."""
-    import ml_dtypes
     for dtype in (np.float32, ml_dtypes.bfloat16, "f2", np.dtype(np.float64)):
         for shape in (7, [3, 5], (2, 32, 128)):
             a = aligned.empty(shape, dtype)
