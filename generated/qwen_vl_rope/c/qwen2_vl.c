@@ -1008,7 +1008,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
-                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                 * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
+                 * backends/c/context.py), else through the head buffer */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
@@ -1065,7 +1066,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
-                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                 * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
+                 * backends/c/context.py), else through the head buffer */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
@@ -1173,7 +1175,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 const uint16_t *rg_xh = rg_xt + rg_h * q_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
-                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                 * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
+                 * backends/c/context.py), else through the head buffer */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
@@ -1230,7 +1233,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 const uint16_t *rg_xh = rg_xt + rg_h * k_stride_head;
                 uint16_t *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
-                 * stored straight to the output: non-temporal when streaming it and it is 16-byte aligned */
+                 * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
+                 * backends/c/context.py), else through the head buffer */
                 const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 15u) == 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {

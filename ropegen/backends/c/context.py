@@ -234,7 +234,17 @@ def _lanes(p: RopePlan, arith: str, fp8: bool) -> dict[str, Any]:
                     step=(2 if deal else 1) * max(1, len(grp)) * width,
                     regs=[r for m, _ in grp or [("", "")] for r in ([m, "1" + m] if deal else [m])],
                     ldd=f"rg_vldd_{t}_{isa}", std=f"rg_vstd_{t}_{isa}", col2=f"rg_vld2_cols_{isa}" if col2 else "",
-                    rnd=facts.VGRID[arith].format(isa=isa) if rounded else "")
+                    rnd=facts.VGRID[arith].format(isa=isa) if rounded else "", nt_mask=nt_mask(width))
+
+    def nt_mask(width: int) -> int:
+        # The address bits a head must have clear to be streamed straight from the registers (rg_nt);
+        # otherwise it goes through the head buffer and a streamed copy, which writes whole lines. f32
+        # streams straight only from a head aligned to its vector stores: an out= array 16 bytes into a
+        # line (NumPy's own) split every store (llama3 f32 q + k, T = 4096 from memory, one thread, C
+        # harness: AVX-512 11.4 -> 9.6 ms, AVX2 12.2 -> 11.3; 7.9 on a line). bf16 and f16, bound by
+        # their compute, keep streaming straight from 16-byte aligned heads (AVX2 bf16 through the
+        # buffer: 6.7 -> 7.0 ms).
+        return width * 4 - 1 if t == "f32" else 15
 
     def divides(width: int) -> bool:
         return all(b.count % width == 0 for b in p.blocks)
