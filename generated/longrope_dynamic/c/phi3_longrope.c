@@ -688,8 +688,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
-                 * backends/c/context.py), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 31u) == 0;
+                 * backends/c/context.py; in place, 16 bytes), else through the head buffer */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 31u)) == 0;
                 float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 96;
@@ -731,8 +731,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
-                 * backends/c/context.py), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 31u) == 0;
+                 * backends/c/context.py; in place, 16 bytes), else through the head buffer */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 31u)) == 0;
                 float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 96;
@@ -819,8 +819,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 float *rg_yh = rg_yt + rg_h * q_rot_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
-                 * backends/c/context.py), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 63u) == 0;
+                 * backends/c/context.py; in place, 16 bytes), else through the head buffer */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 63u)) == 0;
                 float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 96;
@@ -855,8 +855,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 float *rg_yh = rg_yt + rg_h * k_rot_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
-                 * backends/c/context.py), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & 63u) == 0;
+                 * backends/c/context.py; in place, 16 bytes), else through the head buffer */
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 63u)) == 0;
                 float *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const float *rg_x = rg_xh + rg_u * 96;
