@@ -1,3 +1,7 @@
+"""llama3 f32 q + k, T = 4096, one thread, op.run from memory (a 600 MB read before each call): in place
+and out= (the outputs the caller's), with q, k and the outputs on a 64-byte line (off 0) or 16 bytes
+into one (off 16, where NumPy puts a large array). Min of 3 calls, 4 rounds. Run with PYTHONPATH at
+the tree to measure (command.sh)."""
 import sys, time, numpy as np
 from ropegen.bench.suites import llama3_suite
 op = [o for o in llama3_suite(("f32",)) if o.name == "llama3_8b_f32"][0]
