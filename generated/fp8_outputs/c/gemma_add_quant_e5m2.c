@@ -523,6 +523,10 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint8_t *yr = y + r * RG_N;
@@ -566,6 +570,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint8_t *yr = y + r * RG_N;
@@ -608,6 +616,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *re
     uint16_t hp[RG_PIECE];       /* the piece of h, written out once the piece of x and the residual is read */
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint8_t *yr = y + r * RG_N;

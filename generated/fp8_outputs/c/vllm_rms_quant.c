@@ -523,6 +523,10 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint8_t *y, int64_t
 {
     _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint8_t *yr = y + r * RG_N;
@@ -560,6 +564,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
 {
     _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint8_t *yr = y + r * RG_N;
@@ -596,6 +604,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 {
     _Alignas(64) uint8_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint8_t *yr = y + r * RG_N;

@@ -519,6 +519,10 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
 {
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -591,6 +595,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
     (void)w_finite;
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -601,17 +609,17 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
         const float *xn = r + 1 < r1 ? xr + RG_N : NULL;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+        /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+        if (xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
             rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
             float *dst = (stream && !nt) ? buf : yr + i0;
             {
                 int64_t i = 0;
@@ -679,6 +687,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
     (void)w_finite;
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -689,17 +701,17 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
         const float *xn = r + 1 < r1 ? xr + RG_N : NULL;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+        /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+        if (xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
             rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
             float *dst = (stream && !nt) ? buf : yr + i0;
             {
                 int64_t i = 0;

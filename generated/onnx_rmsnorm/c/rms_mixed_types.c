@@ -447,6 +447,10 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r
 {
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -477,6 +481,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, floa
 {
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         float *yr = y + r * RG_N;
@@ -506,6 +514,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
 {
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         float *yr = y + r * RG_N;

@@ -1006,6 +1006,10 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
     _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -1124,6 +1128,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     if (rg_split) _mm_setcsr(rg_csr_clear);
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -1137,9 +1145,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
         (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+        /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+        if (fast && xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
             rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
@@ -1147,8 +1155,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     rg_again:
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
             uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (fast) {
                 int64_t i = 0;
@@ -1258,6 +1266,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
     if (rg_split) _mm_setcsr(rg_csr_clear);
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -1271,9 +1283,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+        /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+        if (fast && xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
             rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
@@ -1281,8 +1293,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
     rg_again:
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
             uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (fast) {
                 int64_t i = 0;
@@ -1375,6 +1387,10 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
+    /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
+     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
+    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+    (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
         uint16_t *yr = y + r * RG_N;
@@ -1388,17 +1404,17 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         (void)rg_d;
         int64_t rg_from = 0;    /* y's first element left to the loop below */
         rg_have = 0;
-        /* streamed rows, 16-byte aligned as the loop below stores non-temporally (others go through
+        /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & 15u) == 0) {
+        if (fast && xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
             rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
         }
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and 16-byte aligned */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & 15u) == 0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
+            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
             uint16_t *dst = (stream && !nt) ? buf : yr + i0;
             if (fast) {
                 int64_t i = 0;
