@@ -109,8 +109,8 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
                 # the variants whose dealt step rounds by the split, and so test the denormal flag
                 split_runs=["rg_run_avx2", "rg_run_avx512"] if t == "bf16" else [],
                 split_c=facts.LITERAL["f32"](SPLIT_C),
-                split_w_log2=split_scale_log2(p.norm_size),
-                split_w_max=facts.LITERAL["f32"](2.0 ** split_scale_log2(p.norm_size)),
+                split_w_log2=(w_log2 := split_scale_log2(p.norm_size)),
+                split_w_max=facts.LITERAL["f32"](2.0 ** w_log2),
                 # the vector row loops that take a row's y in the loop summing the next row
                 # (rg_run_*_fused): all of them (bf16's AVX2 one since its sum and step are dealt: with
                 # the natural-order ones it was slower fused, 5.86 -> 6.32 ms for [4096, 4096])
