@@ -116,6 +116,16 @@ def _at_offset(shape, dtype, offset: int) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def _copy_at(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `a` starting `offset` bytes past a 64-byte boundary where its dtype allows that."""
+    a = np.asarray(a)
+    if offset % a.dtype.itemsize:
+        return np.array(a, copy=True)
+    c = _at_offset(a.shape, a.dtype, offset)
+    c[...] = a
+    return c
+
+
 def _inputs(op, case, seed: int, special: bool) -> list:
     """The case's inputs; with `special`, infinities, zeros, subnormals, huge values and NaNs with
     payloads written into the first element of some pairs (never both: which operand's NaN a sum of
@@ -172,9 +182,9 @@ def test_which_plans_take_the_lanes_path():
     f16_src = BACKEND.sources(f16.plan, "llama3_f16.rope")["llama3_8b_f16.c"]
     grouped = f16_src[f16_src.index("void rg_run_avx512("):]
     assert "for (int rg_j = 0; rg_j < 64; rg_j += 32) {" in grouped
-    stores = ["rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);", "rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_nt);",
-              "const __m512 yb = ", "rg_vst_f16_avx512(rg_y + 64 + rg_j, yb, rg_nt);",
-              "rg_vst_f16_avx512(rg_y + 64 + rg_j + 16, yb1, rg_nt);"]
+    stores = ["rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_how);", "rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_how);",
+              "const __m512 yb = ", "rg_vst_f16_avx512(rg_y + 64 + rg_j, yb, rg_how);",
+              "rg_vst_f16_avx512(rg_y + 64 + rg_j + 16, yb1, rg_how);"]
     at = [grouped.index(x) for x in stores]
     assert at == sorted(at)       # a line's two halves stored together, before the b results are computed
     # fp8 outputs and four-pair blocks keep their loops
@@ -185,13 +195,13 @@ def test_which_plans_take_the_lanes_path():
     avx512 = src[src.index("void rg_run_avx512("):]
     # bf16 runs, 32 pairs a step: loaded whole and dealt into even / odd lanes, stored whole
     assert "rg_vldd_bf16_avx512(rg_x + 0 + rg_j, &xa, &xa1)" in avx512
-    assert "rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_nt)" in avx512
+    assert "rg_vstd_bf16_avx512(rg_y + 64 + rg_j, yb, yb1, rg_how)" in avx512
     assert "rg_deal_cols(rg_cos0, rg_cosd0, RG_NCOLS, 16)" in avx512
     # AVX2: 32 pairs a step, the a results' two 32-byte stores one after the other, then the b results'
     avx2 = src[src.index("void rg_run_avx2("):src.index("void rg_run_avx512(")]
     assert "for (int rg_j = 0; rg_j < 64; rg_j += 32) {" in avx2
-    stores = ["rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);", "rg_vstd_bf16_avx2(rg_y + 0 + rg_j + 16, ya_1, ya1_1, rg_nt);",
-              "rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_nt);", "rg_vstd_bf16_avx2(rg_y + 64 + rg_j + 16, yb_1, yb1_1, rg_nt);"]
+    stores = ["rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_how);", "rg_vstd_bf16_avx2(rg_y + 0 + rg_j + 16, ya_1, ya1_1, rg_how);",
+              "rg_vstd_bf16_avx2(rg_y + 64 + rg_j, yb, yb1, rg_how);", "rg_vstd_bf16_avx2(rg_y + 64 + rg_j + 16, yb_1, yb1_1, rg_how);"]
     at = [avx2.index(x) for x in stores]
     assert at == sorted(at)
     assert "rg_vld_" not in src[src.index("void rg_run_base("):src.index("void rg_run_avx2(")]
@@ -239,7 +249,8 @@ LLAMA = [op for op in LANE_OPS if op.name in ("llama3_8b", "llama3_8b_f16", "dyn
 @pytest.mark.parametrize("offset", [0, 2, 4, 16, 32], ids=lambda o: f"out+{o}B")
 def test_outputs_at_every_alignment(op, offset, monkeypatch):
     """Streamed outputs 64-, 32-, 16-byte aligned (non-temporal stores of each width) and off any
-    alignment (the store buffer, then a streamed copy), and in place: the baseline's bits."""
+    alignment (the store buffer, then a streamed copy), and in place over inputs as far off a line (the
+    f32 stores over their source whole, RG_OVER): the baseline's bits."""
     args = _inputs(op, CASES[1], 31, True)
     monkeypatch.setenv("ROPEGEN_ISA", "base")
     monkeypatch.setenv("ROPEGEN_STREAM", "0")
@@ -254,7 +265,7 @@ def test_outputs_at_every_alignment(op, offset, monkeypatch):
             op.run_all(*args, backend="c", out=outs)
             for a, b in zip(want, outs):
                 assert _same_bits(a, b), (op.name, isa, stream, offset)
-            call = [np.array(a, copy=True) for a in args]
+            call = [_copy_at(a, offset) for a in args]
             try:
                 got = op.run_all(*call, backend="c", inplace=True)
             except ValueError:          # outputs that cannot be written over their inputs

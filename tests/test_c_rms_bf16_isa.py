@@ -259,7 +259,7 @@ def test_the_avx2_and_avx512_steps_read_the_scale_dealt_where_the_call_dealt_it(
             < host.index("RG_ROWS(0, rg_rows)"))
     for isa in ("avx2", "avx512"):
         run = src[src.index(f"void rg_run_{isa}("):]
-        assert f"rg_vrms_bf16_{isa}(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, nt, rg_d);" in run[:run.index("\n}\n")]
+        assert f"rg_vrms_bf16_{isa}(dst + i, xr + i0 + i, w + i0 + i, rg_vinv, how, rg_d);" in run[:run.index("\n}\n")]
     f32 = OPS["f4096"].sources["c"]["f4096.c"]
     assert "malloc(sizeof(rg_prod) * RG_N)" in f32 and "rg_dealt" not in f32
 

@@ -98,7 +98,7 @@ def test_passed_through_elements_are_streamed_as_the_rotated_ones():
         for isa in ("avx2", "avx512"):
             body = src[src.index(f"void rg_run_{isa}("):]
             body = body[:body.index("\n}\n")]
-            assert f"rg_pass_{isa}(" in body and "rg_nt);" in body, (op.name, isa)
+            assert f"rg_pass_{isa}(" in body and "rg_how);" in body, (op.name, isa)
             assert "rg_i) rg_y[rg_i] = rg_x[rg_i]" not in body and "+ rg_i] = rg_xh[" not in body, (op.name, isa)
         edge = src[src.index("static inline void rg_stream_edge("):]
         assert "_mm_stream_si32" in edge[:edge.index("\n}\n")]

@@ -2,7 +2,7 @@
 and out= (the outputs the caller's), with q, k and the outputs on a 64-byte line (off 0) or 16 bytes
 into one (off 16, where NumPy puts a large array). Min of 3 calls, 4 rounds. Run with PYTHONPATH at
 the tree to measure (command.sh)."""
-import sys, time, numpy as np
+import time, numpy as np
 from ropegen.bench.suites import llama3_suite
 op = [o for o in llama3_suite(("f32",)) if o.name == "llama3_8b_f32"][0]
 T = 4096

@@ -245,40 +245,50 @@ static int rg_isa(void)
 }
 #endif
 
+/* How a vector store writes (the `how` of the store helpers below, a kernel's rg_how): RG_NT
+ * non-temporally where aligned (a non-temporal store to an unaligned address would fault), so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs; RG_OVER over the
+ * lines its values were just loaded from (in place); 0 plainly into other lines. */
+#define RG_NT 1
+#define RG_OVER 2
+
 #if RG_DISPATCH
 #include <immintrin.h>
 /* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
- * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
- * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
- * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
- * path of rope.c.j2 (`lanes`) are built from them. */
+ * converts), rg_vst_<type>_<isa> converts and stores as `how` says. The run conversions below and the
+ * vector pair path of rope.c.j2 (`lanes`) are built from them. */
 static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
 static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
-static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
+static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int how)
 {
-    if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
+    if ((how & RG_NT) && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
     else _mm_storeu_si128((__m128i *)(void *)d, v);
 }
-/* 32 and 64 bytes: one store where aligned to its width (a whole line when streamed), else halves as
- * rg_vst_f32_* stores them */
-static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
+/* 32 and 64 bytes of 16-bit values: one store, a whole line when streamed aligned. Not aligned to its
+ * width, a plain one goes whole too, across two lines where it must, unlike rg_vst_f32_*'s: over its
+ * source and into other lines alike (llama3 q + k, T = 16 in cache, 16 bytes into a line, AVX-512,
+ * Cascade Lake, C harness, alternated, whole against halves: bf16 in place 1255 -> 1010 ns a token,
+ * out of place 1289 -> 1038; f16 in place 1350 -> 1150, out of place 1365 -> 1175). */
+static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int how)
 {
-    if (((uintptr_t)(void *)d & 31u) == 0) {
-        if (nt) _mm256_stream_si256((__m256i *)(void *)d, v);
-        else _mm256_storeu_si256((__m256i *)(void *)d, v);
+    if (!(how & RG_NT)) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
-        rg_put16(d, _mm256_castsi256_si128(v), nt);
-        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+        rg_put16(d, _mm256_castsi256_si128(v), how);
+        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), how);
     }
 }
-static inline RG_TARGET_AVX512 void rg_put64(uint16_t *d, __m512i v, int nt)
+static inline RG_TARGET_AVX512 void rg_put64(uint16_t *d, __m512i v, int how)
 {
-    if (((uintptr_t)(void *)d & 63u) == 0) {
-        if (nt) _mm512_stream_si512((void *)d, v);
-        else _mm512_storeu_si512((void *)d, v);
+    if (!(how & RG_NT)) {
+        _mm512_storeu_si512((void *)d, v);
+    } else if (((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_si512((void *)d, v);
     } else {
-        rg_put32(d, _mm512_castsi512_si256(v), nt);
-        rg_put32(d + 16, _mm512_extracti64x4_epi64(v, 1), nt);
+        rg_put32(d, _mm512_castsi512_si256(v), how);
+        rg_put32(d + 16, _mm512_extracti64x4_epi64(v, 1), how);
     }
 }
 /* f16 <-> float with F16C, rounding to nearest even by the instruction's own mode (not MXCSR): the
@@ -293,23 +303,23 @@ static inline RG_TARGET_AVX512 __m512 rg_vld_f16_avx512(const uint16_t *s)
 {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)s));
 }
-static inline RG_TARGET_AVX2 void rg_vst_f16_avx2(uint16_t *d, __m256 v, int nt)
+static inline RG_TARGET_AVX2 void rg_vst_f16_avx2(uint16_t *d, __m256 v, int how)
 {
-    rg_put16(d, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
+    rg_put16(d, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), how);
 }
-/* the same where nt already says d is 16-byte aligned (the pair loops' stores: each at a multiple of 16
+/* the same where how's RG_NT already says d is 16-byte aligned (the pair loops' stores: each at a multiple of 16
  * bytes into a head whose own alignment rg_nt tested): no test of d a store. On AVX2 the test shared
  * the vector ports (llama3 f16 q + k from memory, C harness, ROPEGEN_ISA=avx2, one thread: +2.5-5 %;
  * nothing on AVX-512, whose stores keep their test) */
-static inline RG_TARGET_AVX2 void rg_vsta_f16_avx2(uint16_t *d, __m256 v, int nt)
+static inline RG_TARGET_AVX2 void rg_vsta_f16_avx2(uint16_t *d, __m256 v, int how)
 {
     const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    if (nt) _mm_stream_si128((__m128i *)(void *)d, h);
+    if (how & RG_NT) _mm_stream_si128((__m128i *)(void *)d, h);
     else _mm_storeu_si128((__m128i *)(void *)d, h);
 }
-static inline RG_TARGET_AVX512 void rg_vst_f16_avx512(uint16_t *d, __m512 v, int nt)
+static inline RG_TARGET_AVX512 void rg_vst_f16_avx512(uint16_t *d, __m512 v, int how)
 {
-    rg_put32(d, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), nt);
+    rg_put32(d, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT), how);
 }
 /* v rounded to the f16 grid, as float (compute = storage in vector lanes): rg_grid_f16 lane by lane.
  * The same bits for every value a product or a sum can be: arithmetic NaNs are quiet, and both keep
@@ -328,10 +338,10 @@ static inline RG_TARGET_AVX2 void rg_f16_in_avx2(float *d, const uint16_t *s, in
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, rg_vld_f16_avx2(s + i));
     for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
 }
-static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n, int nt)
+static inline RG_TARGET_AVX2 void rg_f16_out_avx2(uint16_t *d, const float *s, int n, int how)
 {
     int i = 0;
-    for (; i + 8 <= n; i += 8) rg_vst_f16_avx2(d + i, _mm256_loadu_ps(s + i), nt);
+    for (; i + 8 <= n; i += 8) rg_vst_f16_avx2(d + i, _mm256_loadu_ps(s + i), how);
     for (; i < n; ++i) d[i] = (uint16_t)_cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
 }
 static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s, int n)
@@ -340,22 +350,22 @@ static inline RG_TARGET_AVX512 void rg_f16_in_avx512(float *d, const uint16_t *s
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, rg_vld_f16_avx512(s + i));
     rg_f16_in_avx2(d + i, s + i, n - i);
 }
-static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n, int nt)
+static inline RG_TARGET_AVX512 void rg_f16_out_avx512(uint16_t *d, const float *s, int n, int how)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16) rg_vst_f16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
-    rg_f16_out_avx2(d + i, s + i, n - i, nt);
+    for (; i + 16 <= n; i += 16) rg_vst_f16_avx512(d + i, _mm512_loadu_ps(s + i), how);
+    rg_f16_out_avx2(d + i, s + i, n - i, how);
 }
 /* two vectors out: a at da, b at db */
-static inline RG_TARGET_AVX2 void rg_vstp_f16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_f16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int how)
 {
-    rg_vst_f16_avx2(da, a, nt);
-    rg_vst_f16_avx2(db, b, nt);
+    rg_vst_f16_avx2(da, a, how);
+    rg_vst_f16_avx2(db, b, how);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_f16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX512 void rg_vstp_f16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int how)
 {
-    rg_vst_f16_avx512(da, a, nt);
-    rg_vst_f16_avx512(db, b, nt);
+    rg_vst_f16_avx512(da, a, how);
+    rg_vst_f16_avx512(db, b, how);
 }
 #endif
 
@@ -444,16 +454,16 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
     rg_stream_copy(d, s, n);
 }
-/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (RG_NT) or not;
  * in place they are already there */
-static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx2(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx2(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
-static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx512(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx512(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
 #endif
@@ -703,7 +713,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 64;
@@ -730,18 +742,18 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 ya2 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa2 * ca2) + rg_vgrid_f16_avx2((-xb2) * sa2));
                         const __m256 ya3 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa3 * ca3) + rg_vgrid_f16_avx2((-xb3) * sa3));
                         /* the a results stored before the b results are computed (measured faster), one after another */
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j, ya, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 16, ya2, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 24, ya3, rg_nt);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j, ya, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 8, ya1, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 16, ya2, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 24, ya3, rg_how);
                         const __m256 yb = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb * cb) + rg_vgrid_f16_avx2(xa * sb));
                         const __m256 yb1 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb1 * cb1) + rg_vgrid_f16_avx2(xa1 * sb1));
                         const __m256 yb2 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb2 * cb2) + rg_vgrid_f16_avx2(xa2 * sb2));
                         const __m256 yb3 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb3 * cb3) + rg_vgrid_f16_avx2(xa3 * sb3));
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j, yb, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 8, yb1, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 16, yb2, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 24, yb3, rg_nt);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j, yb, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 8, yb1, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 16, yb2, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 24, yb3, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -760,7 +772,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 64;
@@ -787,18 +801,18 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 ya2 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa2 * ca2) + rg_vgrid_f16_avx2((-xb2) * sa2));
                         const __m256 ya3 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xa3 * ca3) + rg_vgrid_f16_avx2((-xb3) * sa3));
                         /* the a results stored before the b results are computed (measured faster), one after another */
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j, ya, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 8, ya1, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 16, ya2, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 24, ya3, rg_nt);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j, ya, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 8, ya1, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 16, ya2, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 0 + rg_j + 24, ya3, rg_how);
                         const __m256 yb = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb * cb) + rg_vgrid_f16_avx2(xa * sb));
                         const __m256 yb1 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb1 * cb1) + rg_vgrid_f16_avx2(xa1 * sb1));
                         const __m256 yb2 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb2 * cb2) + rg_vgrid_f16_avx2(xa2 * sb2));
                         const __m256 yb3 = rg_vgrid_f16_avx2(rg_vgrid_f16_avx2(xb3 * cb3) + rg_vgrid_f16_avx2(xa3 * sb3));
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j, yb, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 8, yb1, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 16, yb2, rg_nt);
-                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 24, yb3, rg_nt);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j, yb, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 8, yb1, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 16, yb2, rg_how);
+                        rg_vsta_f16_avx2(rg_y + 32 + rg_j + 24, yb3, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -867,7 +881,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 64;
@@ -886,12 +902,12 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 ya = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa * ca) + rg_vgrid_f16_avx512((-xb) * sa));
                         const __m512 ya1 = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa1 * ca1) + rg_vgrid_f16_avx512((-xb1) * sa1));
                         /* the a results stored before the b results are computed (measured faster), one after another */
-                        rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);
-                        rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_nt);
+                        rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_how);
+                        rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_how);
                         const __m512 yb = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xb * cb) + rg_vgrid_f16_avx512(xa * sb));
                         const __m512 yb1 = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xb1 * cb1) + rg_vgrid_f16_avx512(xa1 * sb1));
-                        rg_vst_f16_avx512(rg_y + 32 + rg_j, yb, rg_nt);
-                        rg_vst_f16_avx512(rg_y + 32 + rg_j + 16, yb1, rg_nt);
+                        rg_vst_f16_avx512(rg_y + 32 + rg_j, yb, rg_how);
+                        rg_vst_f16_avx512(rg_y + 32 + rg_j + 16, yb1, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
@@ -910,7 +926,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 64;
@@ -929,12 +947,12 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                         const __m512 ya = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa * ca) + rg_vgrid_f16_avx512((-xb) * sa));
                         const __m512 ya1 = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xa1 * ca1) + rg_vgrid_f16_avx512((-xb1) * sa1));
                         /* the a results stored before the b results are computed (measured faster), one after another */
-                        rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_nt);
-                        rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_nt);
+                        rg_vst_f16_avx512(rg_y + 0 + rg_j, ya, rg_how);
+                        rg_vst_f16_avx512(rg_y + 0 + rg_j + 16, ya1, rg_how);
                         const __m512 yb = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xb * cb) + rg_vgrid_f16_avx512(xa * sb));
                         const __m512 yb1 = rg_vgrid_f16_avx512(rg_vgrid_f16_avx512(xb1 * cb1) + rg_vgrid_f16_avx512(xa1 * sb1));
-                        rg_vst_f16_avx512(rg_y + 32 + rg_j, yb, rg_nt);
-                        rg_vst_f16_avx512(rg_y + 32 + rg_j + 16, yb1, rg_nt);
+                        rg_vst_f16_avx512(rg_y + 32 + rg_j, yb, rg_how);
+                        rg_vst_f16_avx512(rg_y + 32 + rg_j + 16, yb1, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);

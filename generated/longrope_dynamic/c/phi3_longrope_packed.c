@@ -243,40 +243,50 @@ static int rg_isa(void)
 }
 #endif
 
+/* How a vector store writes (the `how` of the store helpers below, a kernel's rg_how): RG_NT
+ * non-temporally where aligned (a non-temporal store to an unaligned address would fault), so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs; RG_OVER over the
+ * lines its values were just loaded from (in place); 0 plainly into other lines. */
+#define RG_NT 1
+#define RG_OVER 2
+
 #if RG_DISPATCH
 #include <immintrin.h>
 /* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
- * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
- * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
- * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
- * path of rope.c.j2 (`lanes`) are built from them. */
+ * converts), rg_vst_<type>_<isa> converts and stores as `how` says. The run conversions below and the
+ * vector pair path of rope.c.j2 (`lanes`) are built from them. */
 static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
 static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
-static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int nt)
+static inline RG_TARGET_AVX2 void rg_put16(uint16_t *d, __m128i v, int how)
 {
-    if (nt && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
+    if ((how & RG_NT) && ((uintptr_t)(void *)d & 15u) == 0) _mm_stream_si128((__m128i *)(void *)d, v);
     else _mm_storeu_si128((__m128i *)(void *)d, v);
 }
-/* 32 and 64 bytes: one store where aligned to its width (a whole line when streamed), else halves as
- * rg_vst_f32_* stores them */
-static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int nt)
+/* 32 and 64 bytes of 16-bit values: one store, a whole line when streamed aligned. Not aligned to its
+ * width, a plain one goes whole too, across two lines where it must, unlike rg_vst_f32_*'s: over its
+ * source and into other lines alike (llama3 q + k, T = 16 in cache, 16 bytes into a line, AVX-512,
+ * Cascade Lake, C harness, alternated, whole against halves: bf16 in place 1255 -> 1010 ns a token,
+ * out of place 1289 -> 1038; f16 in place 1350 -> 1150, out of place 1365 -> 1175). */
+static inline RG_TARGET_AVX2 void rg_put32(uint16_t *d, __m256i v, int how)
 {
-    if (((uintptr_t)(void *)d & 31u) == 0) {
-        if (nt) _mm256_stream_si256((__m256i *)(void *)d, v);
-        else _mm256_storeu_si256((__m256i *)(void *)d, v);
+    if (!(how & RG_NT)) {
+        _mm256_storeu_si256((__m256i *)(void *)d, v);
+    } else if (((uintptr_t)(void *)d & 31u) == 0) {
+        _mm256_stream_si256((__m256i *)(void *)d, v);
     } else {
-        rg_put16(d, _mm256_castsi256_si128(v), nt);
-        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), nt);
+        rg_put16(d, _mm256_castsi256_si128(v), how);
+        rg_put16(d + 8, _mm256_extracti128_si256(v, 1), how);
     }
 }
-static inline RG_TARGET_AVX512 void rg_put64(uint16_t *d, __m512i v, int nt)
+static inline RG_TARGET_AVX512 void rg_put64(uint16_t *d, __m512i v, int how)
 {
-    if (((uintptr_t)(void *)d & 63u) == 0) {
-        if (nt) _mm512_stream_si512((void *)d, v);
-        else _mm512_storeu_si512((void *)d, v);
+    if (!(how & RG_NT)) {
+        _mm512_storeu_si512((void *)d, v);
+    } else if (((uintptr_t)(void *)d & 63u) == 0) {
+        _mm512_stream_si512((void *)d, v);
     } else {
-        rg_put32(d, _mm512_castsi512_si256(v), nt);
-        rg_put32(d + 16, _mm512_extracti64x4_epi64(v, 1), nt);
+        rg_put32(d, _mm512_castsi512_si256(v), how);
+        rg_put32(d + 16, _mm512_extracti64x4_epi64(v, 1), how);
     }
 }
 /* bf16 <-> float: in, the bits shifted up (exact); out, rounded to nearest even with a NaN becoming
@@ -324,15 +334,15 @@ static inline RG_TARGET_AVX512 __m512i rg_bf16_word_avx512(__m512 v)
                                          _mm512_set1_epi32(0x7fc00000));
     return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rg_bf16_rne_avx512(v), qnan);
 }
-static inline RG_TARGET_AVX2 void rg_vst_bf16_avx2(uint16_t *d, __m256 v, int nt)
+static inline RG_TARGET_AVX2 void rg_vst_bf16_avx2(uint16_t *d, __m256 v, int how)
 {
     const __m256i w = _mm256_srli_epi32(rg_bf16_word_avx2(v), 16);
     /* eight values below 2^16 in 32-bit lanes, packed to 16 bits without saturating */
-    rg_put16(d, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), nt);
+    rg_put16(d, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), how);
 }
-static inline RG_TARGET_AVX512 void rg_vst_bf16_avx512(uint16_t *d, __m512 v, int nt)
+static inline RG_TARGET_AVX512 void rg_vst_bf16_avx512(uint16_t *d, __m512 v, int how)
 {
-    rg_put32(d, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rg_bf16_word_avx512(v), 16)), nt);
+    rg_put32(d, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rg_bf16_word_avx512(v), 16)), how);
 }
 static inline RG_TARGET_AVX2 void rg_bf16_in_avx2(float *d, const uint16_t *s, int n)
 {
@@ -340,10 +350,10 @@ static inline RG_TARGET_AVX2 void rg_bf16_in_avx2(float *d, const uint16_t *s, i
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, rg_vld_bf16_avx2(s + i));
     for (; i < n; ++i) d[i] = rg_bf16_to_f32(s[i]);
 }
-static inline RG_TARGET_AVX2 void rg_bf16_out_avx2(uint16_t *d, const float *s, int n, int nt)
+static inline RG_TARGET_AVX2 void rg_bf16_out_avx2(uint16_t *d, const float *s, int n, int how)
 {
     int i = 0;
-    for (; i + 8 <= n; i += 8) rg_vst_bf16_avx2(d + i, _mm256_loadu_ps(s + i), nt);
+    for (; i + 8 <= n; i += 8) rg_vst_bf16_avx2(d + i, _mm256_loadu_ps(s + i), how);
     for (; i < n; ++i) d[i] = rg_f32_to_bf16(s[i]);
 }
 static inline RG_TARGET_AVX512 void rg_bf16_in_avx512(float *d, const uint16_t *s, int n)
@@ -352,39 +362,39 @@ static inline RG_TARGET_AVX512 void rg_bf16_in_avx512(float *d, const uint16_t *
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, rg_vld_bf16_avx512(s + i));
     rg_bf16_in_avx2(d + i, s + i, n - i);
 }
-static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float *s, int n, int nt)
+static inline RG_TARGET_AVX512 void rg_bf16_out_avx512(uint16_t *d, const float *s, int n, int how)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16) rg_vst_bf16_avx512(d + i, _mm512_loadu_ps(s + i), nt);
-    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+    for (; i + 16 <= n; i += 16) rg_vst_bf16_avx512(d + i, _mm512_loadu_ps(s + i), how);
+    rg_bf16_out_avx2(d + i, s + i, n - i, how);
 }
 /* Two vectors of bf16 out together, fast: rounded to nearest even in 32-bit lanes, the upper halves of
  * both gathered by a single permutation (AVX2: a pack and a lane swap) without the NaN select; a pair
  * holding a NaN (one compare of the two) goes through rg_vst_bf16_* (the canonical NaN) instead: the
  * same bits as rg_vst_bf16_* for every value. a is stored at da, b at db. rg_vstp_nonan_bf16_* is the
  * same without the compare, for callers whose values are never NaN (RMSNorm's fast rows). */
-static inline RG_TARGET_AVX2 void rg_vstp_nonan_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_nonan_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int how)
 {
     const __m256i ra = rg_bf16_rne_avx2(a), rb = rg_bf16_rne_avx2(b);
     /* the pack works within 128-bit lanes: quarters 0 2 1 3 put a's eight results, then b's, in order */
     const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16)), 0xd8);
     if (db == da + 8) {     /* contiguous (a constant offset: the test folds away): one 32-byte store */
-        rg_put32(da, w, nt);
+        rg_put32(da, w, how);
         return;
     }
-    rg_put16(da, _mm256_castsi256_si128(w), nt);
-    rg_put16(db, _mm256_extracti128_si256(w, 1), nt);
+    rg_put16(da, _mm256_castsi256_si128(w), how);
+    rg_put16(db, _mm256_extracti128_si256(w, 1), how);
 }
-static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_bf16_avx2(uint16_t *da, uint16_t *db, __m256 a, __m256 b, int how)
 {
     if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
-        rg_vst_bf16_avx2(da, a, nt);
-        rg_vst_bf16_avx2(db, b, nt);
+        rg_vst_bf16_avx2(da, a, how);
+        rg_vst_bf16_avx2(db, b, how);
         return;
     }
-    rg_vstp_nonan_bf16_avx2(da, db, a, b, nt);
+    rg_vstp_nonan_bf16_avx2(da, db, a, b, how);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_nonan_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX512 void rg_vstp_nonan_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int how)
 {
     /* word j of the result: the upper word of 32-bit lane j of the pair (words 1, 3, ..., 63) */
     const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
@@ -392,33 +402,33 @@ static inline RG_TARGET_AVX512 void rg_vstp_nonan_bf16_avx512(uint16_t *da, uint
     const __m512i ra = rg_bf16_rne_avx512(a), rb = rg_bf16_rne_avx512(b);
     const __m512i w = _mm512_permutex2var_epi16(ra, idx, rb);
     if (db == da + 16) {    /* contiguous (a constant offset: the test folds away): one 64-byte store */
-        rg_put64(da, w, nt);
+        rg_put64(da, w, how);
         return;
     }
-    rg_put32(da, _mm512_castsi512_si256(w), nt);
-    rg_put32(db, _mm512_extracti64x4_epi64(w, 1), nt);
+    rg_put32(da, _mm512_castsi512_si256(w), how);
+    rg_put32(db, _mm512_extracti64x4_epi64(w, 1), how);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX512 void rg_vstp_bf16_avx512(uint16_t *da, uint16_t *db, __m512 a, __m512 b, int how)
 {
     if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
-        rg_vst_bf16_avx512(da, a, nt);
-        rg_vst_bf16_avx512(db, b, nt);
+        rg_vst_bf16_avx512(da, a, how);
+        rg_vst_bf16_avx512(db, b, how);
         return;
     }
-    rg_vstp_nonan_bf16_avx512(da, db, a, b, nt);
+    rg_vstp_nonan_bf16_avx512(da, db, a, b, how);
 }
 /* Rotated bf16 runs out, fast: two vectors at a time by rg_vstp_bf16_*, the tail by rg_bf16_out_*. */
-static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int nt)
+static inline RG_TARGET_AVX2 void rg_bf16_out_fast_avx2(uint16_t *d, const float *s, int n, int how)
 {
     int i = 0;
-    for (; i + 16 <= n; i += 16) rg_vstp_bf16_avx2(d + i, d + i + 8, _mm256_loadu_ps(s + i), _mm256_loadu_ps(s + i + 8), nt);
-    rg_bf16_out_avx2(d + i, s + i, n - i, nt);
+    for (; i + 16 <= n; i += 16) rg_vstp_bf16_avx2(d + i, d + i + 8, _mm256_loadu_ps(s + i), _mm256_loadu_ps(s + i + 8), how);
+    rg_bf16_out_avx2(d + i, s + i, n - i, how);
 }
-static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int nt)
+static inline RG_TARGET_AVX512 void rg_bf16_out_fast_avx512(uint16_t *d, const float *s, int n, int how)
 {
     int i = 0;
-    for (; i + 32 <= n; i += 32) rg_vstp_bf16_avx512(d + i, d + i + 16, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16), nt);
-    rg_bf16_out_avx512(d + i, s + i, n - i, nt);
+    for (; i + 32 <= n; i += 32) rg_vstp_bf16_avx512(d + i, d + i + 16, _mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16), how);
+    rg_bf16_out_avx512(d + i, s + i, n - i, how);
 }
 /* bf16 dealt: 2w consecutive values in one register, the even ones as float from the lower halves of
  * the 32-bit lanes (shifted up), the odd ones from the upper halves (masked): no conversion
@@ -438,9 +448,9 @@ static inline RG_TARGET_AVX512 void rg_vldd_bf16_avx512(const uint16_t *s, __m51
     *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
 }
 /* the even and odd values' rounded words (bf16 in the upper halves) woven back into one store */
-static inline RG_TARGET_AVX2 void rg_put_dealt_avx2(uint16_t *d, __m256i we, __m256i wo, int nt)
+static inline RG_TARGET_AVX2 void rg_put_dealt_avx2(uint16_t *d, __m256i we, __m256i wo, int how)
 {
-    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), nt);
+    rg_put32(d, _mm256_or_si256(_mm256_and_si256(wo, _mm256_set1_epi32((int)0xffff0000u)), _mm256_srli_epi32(we, 16)), how);
 }
 /* The even and odd values (no NaN) rounded to nearest even and woven back, as rg_put_dealt_avx2 of
  * their rg_bf16_rne_avx2 words stores them, but rounded in 16-bit lanes after the weave: 16 values'
@@ -458,20 +468,20 @@ static inline RG_TARGET_AVX2 __m256i rg_rne_dealt_avx2(__m256 even, __m256 odd)
     const __m256i k = _mm256_or_si256(_mm256_and_si256(t, _mm256_set1_epi16(1)), _mm256_set1_epi16(0x7ffe));
     return _mm256_add_epi16(t, _mm256_srli_epi16(_mm256_avg_epu16(l, k), 15));
 }
-static inline RG_TARGET_AVX2 void rg_vstd_bf16_avx2(uint16_t *d, __m256 even, __m256 odd, int nt)
+static inline RG_TARGET_AVX2 void rg_vstd_bf16_avx2(uint16_t *d, __m256 even, __m256 odd, int how)
 {
     if (_mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q))) {
-        rg_put_dealt_avx2(d, rg_bf16_word_avx2(even), rg_bf16_word_avx2(odd), nt);
+        rg_put_dealt_avx2(d, rg_bf16_word_avx2(even), rg_bf16_word_avx2(odd), how);
         return;
     }
-    rg_put32(d, rg_rne_dealt_avx2(even, odd), nt);
+    rg_put32(d, rg_rne_dealt_avx2(even, odd), how);
 }
-static inline RG_TARGET_AVX512 void rg_vstd_bf16_avx512(uint16_t *d, __m512 even, __m512 odd, int nt)
+static inline RG_TARGET_AVX512 void rg_vstd_bf16_avx512(uint16_t *d, __m512 even, __m512 odd, int how)
 {
     const int nan = _mm512_cmp_ps_mask(even, odd, _CMP_UNORD_Q) != 0;
     const __m512i we = nan ? rg_bf16_word_avx512(even) : rg_bf16_rne_avx512(even);
     const __m512i wo = nan ? rg_bf16_word_avx512(odd) : rg_bf16_rne_avx512(odd);
-    rg_put64(d, _mm512_or_si512(_mm512_and_si512(wo, _mm512_set1_epi32((int)0xffff0000u)), _mm512_srli_epi32(we, 16)), nt);
+    rg_put64(d, _mm512_or_si512(_mm512_and_si512(wo, _mm512_set1_epi32((int)0xffff0000u)), _mm512_srli_epi32(we, 16)), how);
 }
 /* n columns (a multiple of 2w) dealt in groups of 2w: each group's even columns, then its odd ones */
 static inline void rg_deal_cols(const float *c, float *d, int n, int w)
@@ -570,16 +580,16 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
     rg_stream_copy(d, s, n);
 }
-/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (RG_NT) or not;
  * in place they are already there */
-static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx2(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx2(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
-static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx512(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx512(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
 #endif
@@ -898,7 +908,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 96;
@@ -919,8 +931,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
                         const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
-                        rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
-                        rg_vstd_bf16_avx2(rg_y + 48 + rg_j, yb, yb1, rg_nt);
+                        rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_how);
+                        rg_vstd_bf16_avx2(rg_y + 48 + rg_j, yb, yb1, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -939,7 +951,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                 /* the pairs in vector registers (8 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 96;
@@ -960,8 +974,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
                         const __m256 ya1 = ((xa1 * ca1) + ((-xb1) * sa1));
                         const __m256 yb = ((xb * cb) + (xa * sb));
                         const __m256 yb1 = ((xb1 * cb1) + (xa1 * sb1));
-                        rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_nt);
-                        rg_vstd_bf16_avx2(rg_y + 48 + rg_j, yb, yb1, rg_nt);
+                        rg_vstd_bf16_avx2(rg_y + 0 + rg_j, ya, ya1, rg_how);
+                        rg_vstd_bf16_avx2(rg_y + 48 + rg_j, yb, yb1, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx2(rg_yh, rg_buf, sizeof rg_buf);
@@ -1030,7 +1044,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 96;
@@ -1045,7 +1061,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
                         const __m512 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_nt);
+                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);
@@ -1064,7 +1080,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                 /* the pairs in vector registers (16 lanes), loaded and converted straight from the head and
                  * stored straight to the output: non-temporal when streaming it and it is aligned (nt_mask,
                  * backends/c/context.py; in place, 16 bytes), else through the head buffer */
-                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & ((const void *)rg_yh == (const void *)rg_xh ? 15u : 15u)) == 0;
+                const int rg_over = (const void *)rg_yh == (const void *)rg_xh;
+                const int rg_nt = rg_stream && ((uintptr_t)(void *)rg_yh & (rg_over ? 15u : 15u)) == 0;
+                const int rg_how = rg_nt ? RG_NT : rg_over ? RG_OVER : 0;
                 uint16_t *rg_dst = (rg_stream && !rg_nt) ? rg_buf : rg_yh;
                 for (int rg_u = 0; rg_u < 1; ++rg_u) {
                     const uint16_t *rg_x = rg_xh + rg_u * 96;
@@ -1079,7 +1097,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
                          * into a fused multiply-addsub (which it does even with -ffp-contract=off) */
                         const __m512 ya = ((xa * ca) + ((-xb) * sa));
                         const __m512 yb = ((xb * cb) + (xa * sb));
-                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_nt);
+                        rg_vstp_bf16_avx512(rg_y + 0 + rg_j, rg_y + 48 + rg_j, ya, yb, rg_how);
                     }
                 }
                 if (rg_stream && !rg_nt) rg_stream_copy_avx512(rg_yh, rg_buf, sizeof rg_buf);

@@ -244,25 +244,35 @@ static int rg_isa(void)
 }
 #endif
 
+/* How a vector store writes (the `how` of the store helpers below, a kernel's rg_how): RG_NT
+ * non-temporally where aligned (a non-temporal store to an unaligned address would fault), so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs; RG_OVER over the
+ * lines its values were just loaded from (in place); 0 plainly into other lines. */
+#define RG_NT 1
+#define RG_OVER 2
+
 #if RG_DISPATCH
 #include <immintrin.h>
 /* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
- * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
- * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
- * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
- * path of rope.c.j2 (`lanes`) are built from them. */
+ * converts), rg_vst_<type>_<isa> converts and stores as `how` says. The run conversions below and the
+ * vector pair path of rope.c.j2 (`lanes`) are built from them. */
 static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
 static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
-/* A vector stored where it is not aligned to its width goes in halves (down to 16 bytes), each within
- * one cache line where the output is 16-byte aligned, as NumPy's arrays are: a store across two lines
- * costs several. llama3 f32 q + k, T = 16, in cache, AVX-512, outputs 16 bytes into a line (out= from
- * np.empty_like): 23 -> 16 us, on a line 13 us. */
-static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
+/* An f32 vector stored where it is not aligned to its width goes in halves (down to 16 bytes), each
+ * within one cache line where the output is 16-byte aligned, as NumPy's arrays are: a store across two
+ * lines costs several. llama3 f32 q + k, T = 16, in cache, AVX-512, outputs 16 bytes into a line (out=
+ * from np.empty_like): 23 -> 16 us, on a line 13 us (Sapphire Rapids). Over its own source (RG_OVER,
+ * in place) it goes whole: there the halves cost more than the split (the same call in place, inputs
+ * 16 bytes into a line, Cascade Lake, C harness, alternated: 1460 -> 1000 ns a token; on a line and
+ * out of place unchanged). */
+static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int how)
 {
     if (((uintptr_t)(void *)d & 31u) == 0) {
-        if (nt) _mm256_stream_ps(d, v);
+        if (how & RG_NT) _mm256_stream_ps(d, v);
         else _mm256_storeu_ps(d, v);
-    } else if (nt && ((uintptr_t)(void *)d & 15u) == 0) {
+    } else if (how & RG_OVER) {
+        _mm256_storeu_ps(d, v);
+    } else if ((how & RG_NT) && ((uintptr_t)(void *)d & 15u) == 0) {
         _mm_stream_ps(d, _mm256_castps256_ps128(v));
         _mm_stream_ps(d + 4, _mm256_extractf128_ps(v, 1));
     } else {
@@ -270,26 +280,28 @@ static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
         _mm_storeu_ps(d + 4, _mm256_extractf128_ps(v, 1));
     }
 }
-static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int nt)
+static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int how)
 {
     if (((uintptr_t)(void *)d & 63u) == 0) {
-        if (nt) _mm512_stream_ps(d, v);
+        if (how & RG_NT) _mm512_stream_ps(d, v);
         else _mm512_storeu_ps(d, v);
+    } else if (how & RG_OVER) {
+        _mm512_storeu_ps(d, v);
     } else {
-        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), nt);
-        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), nt);
+        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), how);
+        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), how);
     }
 }
 /* two vectors out: a at da, b at db */
-static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int how)
 {
-    rg_vst_f32_avx2(da, a, nt);
-    rg_vst_f32_avx2(db, b, nt);
+    rg_vst_f32_avx2(da, a, how);
+    rg_vst_f32_avx2(db, b, how);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int how)
 {
-    rg_vst_f32_avx512(da, a, nt);
-    rg_vst_f32_avx512(db, b, nt);
+    rg_vst_f32_avx512(da, a, how);
+    rg_vst_f32_avx512(db, b, how);
 }
 #endif
 
@@ -378,16 +390,16 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
     rg_stream_copy(d, s, n);
 }
-/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (RG_NT) or not;
  * in place they are already there */
-static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx2(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx2(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
-static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx512(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx512(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
 #endif
@@ -530,8 +542,9 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
         const rg_stash inv_rms = (rg_stash)1 / sqrtf(mean_square + 0.10000000149011612f);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            const int nt = 0;
-            float *dst = (stream && !nt) ? buf : yr + i0;
+            const int how = 0;
+            (void)how;
+            float *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
@@ -542,7 +555,7 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
                     dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
                 }
             }
-            if (stream && !nt) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !(how & RG_NT)) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -561,7 +574,7 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
  * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(float *yr, const float *xr, const rg_prod *w, __m256 rg_vinv, const float *xn, const float *xnn)
 {
-    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
+    const int how = RG_NT;      /* streamed rows only, aligned for non-temporal stores */
     rg_stash total[RG_SUMS] = {0};
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const float *xb = xn + b * RG_BLOCK;
@@ -577,7 +590,7 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(float *yr, const float *
                 const __m256 na = rg_vld_f32_avx2(xr + i) * rg_vinv;
                 const __m256 nb = rg_vld_f32_avx2(xr + i + 8) * rg_vinv;
                 rg_vstp_f32_avx2(yr + i, yr + i + 8, rg_vsame_avx2(na) * rg_vld_f32_avx2(w + i),
-                    rg_vsame_avx2(nb) * rg_vld_f32_avx2(w + i + 8), nt);
+                    rg_vsame_avx2(nb) * rg_vld_f32_avx2(w + i + 8), how);
             }
         }
         for (int l = 0; l < RG_LANES; ++l) {
@@ -618,9 +631,12 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
         }
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
-            float *dst = (stream && !nt) ? buf : yr + i0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask),
+             * else over x's row in place (RG_OVER, rg_put64) */
+            const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
+                            : (const void *)y == (const void *)x ? RG_OVER : 0;
+            (void)how;
+            float *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             {
                 int64_t i = 0;
                 for (; i + 16 <= n; i += 16) {
@@ -628,14 +644,14 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
                     const __m256 na = rg_vld_f32_avx2(xr + i0 + i) * rg_vinv;
                     const __m256 nb = rg_vld_f32_avx2(xr + i0 + i + 8) * rg_vinv;
                     rg_vstp_f32_avx2(dst + i, dst + i + 8, rg_vsame_avx2(na) * rg_vld_f32_avx2(w + i0 + i),
-                        rg_vsame_avx2(nb) * rg_vld_f32_avx2(w + i0 + i + 8), nt);
+                        rg_vsame_avx2(nb) * rg_vld_f32_avx2(w + i0 + i + 8), how);
                 }
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
                     dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
                 }
             }
-            if (stream && !nt) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !(how & RG_NT)) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -653,7 +669,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
  * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(float *yr, const float *xr, const rg_prod *w, __m512 rg_vinv, const float *xn, const float *xnn)
 {
-    const int nt = 1;       /* streamed rows only, aligned for non-temporal stores */
+    const int how = RG_NT;      /* streamed rows only, aligned for non-temporal stores */
     rg_stash total[RG_SUMS] = {0};
     for (int64_t b = 0; b < RG_N / RG_BLOCK; ++b) {
         const float *xb = xn + b * RG_BLOCK;
@@ -669,7 +685,7 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(float *yr, const flo
                 const __m512 na = rg_vld_f32_avx512(xr + i) * rg_vinv;
                 const __m512 nb = rg_vld_f32_avx512(xr + i + 16) * rg_vinv;
                 rg_vstp_f32_avx512(yr + i, yr + i + 16, rg_vsame_avx512(na) * rg_vld_f32_avx512(w + i),
-                    rg_vsame_avx512(nb) * rg_vld_f32_avx512(w + i + 16), nt);
+                    rg_vsame_avx512(nb) * rg_vld_f32_avx512(w + i + 16), how);
             }
         }
         for (int l = 0; l < RG_LANES; ++l) {
@@ -710,9 +726,12 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
         }
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask) */
-            const int nt = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0;
-            float *dst = (stream && !nt) ? buf : yr + i0;
+            /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask),
+             * else over x's row in place (RG_OVER, rg_put64) */
+            const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
+                            : (const void *)y == (const void *)x ? RG_OVER : 0;
+            (void)how;
+            float *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             {
                 int64_t i = 0;
                 for (; i + 32 <= n; i += 32) {
@@ -720,14 +739,14 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
                     const __m512 na = rg_vld_f32_avx512(xr + i0 + i) * rg_vinv;
                     const __m512 nb = rg_vld_f32_avx512(xr + i0 + i + 16) * rg_vinv;
                     rg_vstp_f32_avx512(dst + i, dst + i + 16, rg_vsame_avx512(na) * rg_vld_f32_avx512(w + i0 + i),
-                        rg_vsame_avx512(nb) * rg_vld_f32_avx512(w + i0 + i + 16), nt);
+                        rg_vsame_avx512(nb) * rg_vld_f32_avx512(w + i0 + i + 16), how);
                 }
                 for (; i < n; ++i) {
                     const rg_stash normalized = rg_load_f32_f32(xr[i0 + i]) * inv_rms;
                     dst[i] = rg_store_f32_f32(rg_load_f32_f32(rg_store_f32_f32(normalized)) * w[i0 + i]);
                 }
             }
-            if (stream && !nt) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !(how & RG_NT)) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();

@@ -229,6 +229,13 @@ static int rg_isa(void)
 }
 #endif
 
+/* How a vector store writes (the `how` of the store helpers below, a kernel's rg_how): RG_NT
+ * non-temporally where aligned (a non-temporal store to an unaligned address would fault), so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs; RG_OVER over the
+ * lines its values were just loaded from (in place); 0 plainly into other lines. */
+#define RG_NT 1
+#define RG_OVER 2
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -314,16 +321,16 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
     rg_stream_copy(d, s, n);
 }
-/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (RG_NT) or not;
  * in place they are already there */
-static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx2(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx2(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
-static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx512(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx512(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
 #endif
@@ -461,8 +468,9 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            const int nt = 0;
-            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
+            const int how = 0;
+            (void)how;
+            uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
@@ -479,7 +487,7 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
                     dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f64_bf16(normalized)) * w[i0 + i]);
                 }
             }
-            if (stream && !nt) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !(how & RG_NT)) rg_stream_copy(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -502,8 +510,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            const int nt = 0;
-            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
+            const int how = 0;
+            (void)how;
+            uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
@@ -520,7 +529,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
                     dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f64_bf16(normalized)) * w[i0 + i]);
                 }
             }
-            if (stream && !nt) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !(how & RG_NT)) rg_stream_copy_avx2(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();
@@ -542,8 +551,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         const int fast = w_finite && isfinite(mean_square) && isfinite(inv_rms);
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
-            const int nt = 0;
-            uint16_t *dst = (stream && !nt) ? buf : yr + i0;
+            const int how = 0;
+            (void)how;
+            uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
             }
@@ -560,7 +570,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
                     dst[i] = rg_store_f32_bf16(rg_load_bf16_f32(rg_store_f64_bf16(normalized)) * w[i0 + i]);
                 }
             }
-            if (stream && !nt) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
+            if (stream && !(how & RG_NT)) rg_stream_copy_avx512(yr + i0, buf, (size_t)n * sizeof buf[0]);
         }
     }
     if (stream) rg_stream_fence();

@@ -243,6 +243,13 @@ static int rg_isa(void)
 }
 #endif
 
+/* How a vector store writes (the `how` of the store helpers below, a kernel's rg_how): RG_NT
+ * non-temporally where aligned (a non-temporal store to an unaligned address would fault), so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs; RG_OVER over the
+ * lines its values were just loaded from (in place); 0 plainly into other lines. */
+#define RG_NT 1
+#define RG_OVER 2
+
 /* Non-temporal (streaming) copies for large out-of-place outputs: the stores bypass the caches, so
  * the output lines are neither read for ownership nor evicting the inputs. SSE2 is in every x86-64. */
 #if defined(__SSE2__) && !defined(ROPEGEN_NO_STREAM)
@@ -328,16 +335,16 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
     rg_stream_copy(d, s, n);
 }
-/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (RG_NT) or not;
  * in place they are already there */
-static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx2(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx2(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
-static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx512(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx512(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
 #endif

@@ -243,25 +243,35 @@ static int rg_isa(void)
 }
 #endif
 
+/* How a vector store writes (the `how` of the store helpers below, a kernel's rg_how): RG_NT
+ * non-temporally where aligned (a non-temporal store to an unaligned address would fault), so that a
+ * large out-of-place result is neither read for ownership nor evicting the inputs; RG_OVER over the
+ * lines its values were just loaded from (in place); 0 plainly into other lines. */
+#define RG_NT 1
+#define RG_OVER 2
+
 #if RG_DISPATCH
 #include <immintrin.h>
 /* One vector of 8 (AVX2) or 16 (AVX-512) elements <-> float lanes: rg_vld_<type>_<isa> loads (and
- * converts), rg_vst_<type>_<isa> converts and stores, with nt non-temporally where aligned (a
- * non-temporal store to an unaligned address would fault), so that a large out-of-place result is
- * neither read for ownership nor evicting the inputs. The run conversions below and the vector pair
- * path of rope.c.j2 (`lanes`) are built from them. */
+ * converts), rg_vst_<type>_<isa> converts and stores as `how` says. The run conversions below and the
+ * vector pair path of rope.c.j2 (`lanes`) are built from them. */
 static inline RG_TARGET_AVX2 __m256 rg_vld_f32_avx2(const float *s) { return _mm256_loadu_ps(s); }
 static inline RG_TARGET_AVX512 __m512 rg_vld_f32_avx512(const float *s) { return _mm512_loadu_ps(s); }
-/* A vector stored where it is not aligned to its width goes in halves (down to 16 bytes), each within
- * one cache line where the output is 16-byte aligned, as NumPy's arrays are: a store across two lines
- * costs several. llama3 f32 q + k, T = 16, in cache, AVX-512, outputs 16 bytes into a line (out= from
- * np.empty_like): 23 -> 16 us, on a line 13 us. */
-static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
+/* An f32 vector stored where it is not aligned to its width goes in halves (down to 16 bytes), each
+ * within one cache line where the output is 16-byte aligned, as NumPy's arrays are: a store across two
+ * lines costs several. llama3 f32 q + k, T = 16, in cache, AVX-512, outputs 16 bytes into a line (out=
+ * from np.empty_like): 23 -> 16 us, on a line 13 us (Sapphire Rapids). Over its own source (RG_OVER,
+ * in place) it goes whole: there the halves cost more than the split (the same call in place, inputs
+ * 16 bytes into a line, Cascade Lake, C harness, alternated: 1460 -> 1000 ns a token; on a line and
+ * out of place unchanged). */
+static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int how)
 {
     if (((uintptr_t)(void *)d & 31u) == 0) {
-        if (nt) _mm256_stream_ps(d, v);
+        if (how & RG_NT) _mm256_stream_ps(d, v);
         else _mm256_storeu_ps(d, v);
-    } else if (nt && ((uintptr_t)(void *)d & 15u) == 0) {
+    } else if (how & RG_OVER) {
+        _mm256_storeu_ps(d, v);
+    } else if ((how & RG_NT) && ((uintptr_t)(void *)d & 15u) == 0) {
         _mm_stream_ps(d, _mm256_castps256_ps128(v));
         _mm_stream_ps(d + 4, _mm256_extractf128_ps(v, 1));
     } else {
@@ -269,26 +279,28 @@ static inline RG_TARGET_AVX2 void rg_vst_f32_avx2(float *d, __m256 v, int nt)
         _mm_storeu_ps(d + 4, _mm256_extractf128_ps(v, 1));
     }
 }
-static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int nt)
+static inline RG_TARGET_AVX512 void rg_vst_f32_avx512(float *d, __m512 v, int how)
 {
     if (((uintptr_t)(void *)d & 63u) == 0) {
-        if (nt) _mm512_stream_ps(d, v);
+        if (how & RG_NT) _mm512_stream_ps(d, v);
         else _mm512_storeu_ps(d, v);
+    } else if (how & RG_OVER) {
+        _mm512_storeu_ps(d, v);
     } else {
-        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), nt);
-        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), nt);
+        rg_vst_f32_avx2(d, _mm512_castps512_ps256(v), how);
+        rg_vst_f32_avx2(d + 8, _mm512_extractf32x8_ps(v, 1), how);
     }
 }
 /* two vectors out: a at da, b at db */
-static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int nt)
+static inline RG_TARGET_AVX2 void rg_vstp_f32_avx2(float *da, float *db, __m256 a, __m256 b, int how)
 {
-    rg_vst_f32_avx2(da, a, nt);
-    rg_vst_f32_avx2(db, b, nt);
+    rg_vst_f32_avx2(da, a, how);
+    rg_vst_f32_avx2(db, b, how);
 }
-static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int nt)
+static inline RG_TARGET_AVX512 void rg_vstp_f32_avx512(float *da, float *db, __m512 a, __m512 b, int how)
 {
-    rg_vst_f32_avx512(da, a, nt);
-    rg_vst_f32_avx512(db, b, nt);
+    rg_vst_f32_avx512(da, a, how);
+    rg_vst_f32_avx512(db, b, how);
 }
 #endif
 
@@ -377,16 +389,16 @@ static inline RG_TARGET_AVX512 void rg_stream_copy_avx512(void *dst, const void 
         _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
     rg_stream_copy(d, s, n);
 }
-/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (nt) or not;
+/* raw bits passed through (a partial rotary's tail) to an output written non-temporally (RG_NT) or not;
  * in place they are already there */
-static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX2 void rg_pass_avx2(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx2(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx2(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
-static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int nt)
+static inline RG_TARGET_AVX512 void rg_pass_avx512(void *d, const void *s, size_t n, int how)
 {
-    if (nt) rg_stream_copy_avx512(d, s, n);
+    if (how & RG_NT) rg_stream_copy_avx512(d, s, n);
     else if (d != s) memcpy(d, s, n);
 }
 #endif
