@@ -277,55 +277,67 @@ def test_outputs_at_every_alignment(op, offset, monkeypatch):
 _RNE_HARNESS = r"""
 #include "llama3_8b.c"
 #include <stdio.h>
-/* rg_rne_dealt_avx2 (bf16 rounded in 16-bit lanes after the weave) against the scalar rg_f32_to_bf16,
+/* rg_rne_dealt_<ISA> (bf16 rounded in 16-bit lanes after the weave) against the scalar rg_f32_to_bf16,
  * every value in both the even and the odd lanes: every upper word with the lower words around the
  * rounding point and at the ends, then every STEP-th float bit pattern (NaNs excepted: they take
- * rg_bf16_word_avx2) */
+ * rg_bf16_word_<ISA>). W: the 32-bit lanes of a register. */
+#define RG_CAT(a, b) a##b
+#define RG_RNE(isa) RG_CAT(rg_rne_dealt_, isa)
 static unsigned long bad, seen;
-static RG_TARGET_AVX2 void check(const uint32_t *u)
+static TARGET void check(const uint32_t *u)
 {
-    __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)u), b = _mm256_loadu_si256((const __m256i *)(const void *)(u + 8));
+    VEC a = LOAD(u), b = LOAD(u + W);
     for (int swap = 0; swap < 2; ++swap) {
-        uint16_t w[16];
-        _mm256_storeu_si256((__m256i *)(void *)w, rg_rne_dealt_avx2(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b)));
-        for (int k = 0; k < 16; ++k) {
-            const uint32_t x = (k & 1) ? u[(8 + k / 2 + swap * 8) % 16] : u[(k / 2 + swap * 8) % 16];
+        uint16_t w[2 * W];
+        STORE(w, RG_RNE(ISA)(CAST(a), CAST(b)));
+        for (int k = 0; k < 2 * W; ++k) {
+            const uint32_t x = (k & 1) ? u[(W + k / 2 + swap * W) % (2 * W)] : u[(k / 2 + swap * W) % (2 * W)];
             if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) continue;
             ++seen;
             bad += w[k] != rg_f32_to_bf16(rg_bits_f32(x));
         }
-        const __m256i t = a; a = b; b = t;
+        const VEC t = a; a = b; b = t;
     }
 }
 int main(void)
 {
     static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000, 0xc000};
-    uint32_t u[16];
+    uint32_t u[2 * W];
     int n = 0;
     for (uint32_t hi = 0; hi < 0x10000u; ++hi)
         for (int j = 0; j < 8; ++j) {
             u[n++] = (hi << 16) | lows[j];
-            if (n == 16) { check(u); n = 0; }
+            if (n == 2 * W) { check(u); n = 0; }
         }
-    for (uint64_t x = 0; x < (1ull << 32); x += 16 * STEP) {
-        for (int k = 0; k < 16; ++k) u[k] = (uint32_t)(x + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
+    for (uint64_t x = 0; x < (1ull << 32); x += 2 * W * STEP) {
+        for (int k = 0; k < 2 * W; ++k) u[k] = (uint32_t)(x + (uint64_t)k * STEP + (k * 2654435761u) % STEP);
         check(u);
     }
     printf("%lu %lu\n", bad, seen);
     return 0;
 }
 """
+_RNE_ISAS = {
+    "avx2": ["-DISA=avx2", "-DW=8", "-DTARGET=RG_TARGET_AVX2", "-DVEC=__m256i", "-DCAST=_mm256_castsi256_ps",
+             "-DLOAD(p)=_mm256_loadu_si256((const __m256i *)(const void *)(p))",
+             "-DSTORE(p,v)=_mm256_storeu_si256((__m256i *)(void *)(p),v)"],
+    "avx512": ["-DISA=avx512", "-DW=16", "-DTARGET=RG_TARGET_AVX512", "-DVEC=__m512i", "-DCAST=_mm512_castsi512_ps",
+               "-DLOAD(p)=_mm512_loadu_si512((const void *)(p))", "-DSTORE(p,v)=_mm512_storeu_si512((void *)(p),v)"],
+}
 
 
-@pytest.mark.skipif(not _cpu_has_avx2(), reason="this CPU has no AVX2: the helper cannot run here")
-def test_the_avx2_dealt_rounding_is_the_carry_form(tmp_path):
-    """rg_rne_dealt_avx2, the AVX2 dealt stores' rounding (after the weave, in 16-bit lanes), gives
-    rg_f32_to_bf16's word for every value tried in either lane: every upper word with lower words at and
-    around the tie, and a sweep of all float bit patterns (it fails if a tie rounds away from even or the
-    even and odd words are woven the wrong way round)."""
+@pytest.mark.parametrize("isa", sorted(_RNE_ISAS))
+def test_the_dealt_rounding_is_the_carry_form(isa, tmp_path):
+    """rg_rne_dealt_avx2 / _avx512, the dealt bf16 stores' rounding (after the weave, in 16-bit lanes),
+    gives rg_f32_to_bf16's word for every value tried in either lane: every upper word with lower words
+    at and around the tie, and a sweep of all float bit patterns (it fails if a tie rounds away from
+    even or the even and odd words are woven the wrong way round)."""
+    from tests.test_c_rms_bf16_isa import _cpu_has_avx512bw
+    if not (_cpu_has_avx512bw() if isa == "avx512" else _cpu_has_avx2()):
+        pytest.skip(f"this CPU has no {'AVX-512 BW' if isa == 'avx512' else 'AVX2'}: the helper cannot run here")
     op = ropegen.compile(str(ROOT / "examples" / "llama3.rope"))["llama3_8b"]
     sources = BACKEND.sources(op.plan, "llama3.rope")
-    if "rg_rne_dealt_avx2" not in sources["llama3_8b.c"]:
-        pytest.fail("llama3_8b.c has no rg_rne_dealt_avx2")
-    bad, seen = map(int, run_harness(tmp_path, sources, _RNE_HARNESS, "-DSTEP=4099").split())
+    if f"rg_rne_dealt_{isa}" not in sources["llama3_8b.c"]:
+        pytest.fail(f"llama3_8b.c has no rg_rne_dealt_{isa}")
+    bad, seen = map(int, run_harness(tmp_path, sources, _RNE_HARNESS, "-DSTEP=4099", *_RNE_ISAS[isa]).split())
     assert seen > 2_000_000 and bad == 0
