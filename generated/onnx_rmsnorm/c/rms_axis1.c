@@ -632,7 +632,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask),
-             * else over x's row in place (RG_OVER, rg_put64) */
+             * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
             (void)how;
@@ -727,7 +727,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
         for (int64_t i0 = rg_from; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             /* the vector loop stores straight to y, non-temporally when streaming and aligned (nt_mask),
-             * else over x's row in place (RG_OVER, rg_put64) */
+             * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
             (void)how;
