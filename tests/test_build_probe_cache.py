@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -240,3 +242,30 @@ def test_a_later_process_runs_no_compiler_for_a_cached_kernel(tmp_path):
         runs.append(log.read_text(encoding="utf-8").splitlines() if log.exists() else [])
     assert any("-shared" in line for line in runs[0])   # the first process built it
     assert runs[1] == runs[0]                             # the second ran the compiler not once
+
+
+def _assembles_with_branch_padding() -> bool:
+    """Whether the compiler really assembles with BRANCH_ALIGN_FLAGS (asked here, not through cbuild)."""
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "p.c"
+        src.write_text("int main(void) { return 0; }\n", encoding="utf-8")
+        r = subprocess.run([*cbuild.compiler(), *cbuild.BRANCH_ALIGN_FLAGS, str(src), "-o", str(Path(d) / "p")],
+                           capture_output=True)
+        return r.returncode == 0
+
+
+def test_branch_padding_is_used_where_the_assembler_takes_it(cache, monkeypatch):
+    """The assembler's branch padding (for the JCC erratum's microcode fix) is in every kernel build's flags
+    exactly where the compiler accepts it, probed once per compiler like the OpenMP flags; a compiler that
+    refuses it builds without it."""
+    flags = cbuild.build_flags()
+    assert (set(cbuild.BRANCH_ALIGN_FLAGS) <= set(flags)) == _assembles_with_branch_padding()
+    assert flags[:len(cbuild.PINNED_FLAGS)] == cbuild.PINNED_FLAGS
+    _forget()
+    real = cbuild._supports.__wrapped__
+
+    @lru_cache(maxsize=None)
+    def refuses_padding(cmd, flag):
+        return flag not in cbuild.BRANCH_ALIGN_FLAGS and real(cmd, flag)
+    monkeypatch.setattr(cbuild, "_supports", refuses_padding)
+    assert not set(cbuild.BRANCH_ALIGN_FLAGS) & set(cbuild.build_flags())
