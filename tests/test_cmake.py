@@ -235,8 +235,10 @@ def test_add_subdirectory_links_the_kernels_with_pinned_flags(generated, cases, 
     # build.py's flags, each one, on the kernels (no build type chosen: ropegen's -O3 too)
     assert all(f in kernel for f in cbuild.PINNED_FLAGS), (cbuild.PINNED_FLAGS, kernel)
     assert "-fopenmp" in kernel or "-fopenmp-simd" in kernel, kernel
+    # the branch padding exactly where ropegen's own builds use it (the same compiler)
+    assert set(cbuild.layout_flags()) == set(cbuild.BRANCH_ALIGN_FLAGS) & set(kernel), kernel
     # ... and PRIVATE: the user's own code keeps its flags
-    assert not {"-ffp-contract=off", "-fno-fast-math", "-O3"} & set(user), user
+    assert not {"-ffp-contract=off", "-fno-fast-math", "-O3", *cbuild.BRANCH_ALIGN_FLAGS} & set(user), user
 
     for exe, case in (("rope_main", "llama3_8b"), ("rms_main", "rms_last_axis")):
         folder = tmp_path / exe

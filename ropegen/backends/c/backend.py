@@ -126,7 +126,7 @@ def cmake_context(plans: list[Plan], files: list[dict[str, str]], spec_file: str
             "headers": sorted(n for f in files for n in f if n.endswith(".h")),
             "c_standard": std[0].removeprefix("-std=c"), "optimize_flag": opt[0],
             "numerics_flags": [f for f in flags if f not in std and f not in opt],
-            "simd_flag": OPENMP_SIMD_FLAG}
+            "simd_flag": OPENMP_SIMD_FLAG, "layout_flags": list(cbuild.BRANCH_ALIGN_FLAGS)}
 
 
 @lru_cache(maxsize=1)

@@ -5,17 +5,15 @@ keyed by the sources, the compiler's identity (`CC --version`) and the flags (ru
 recipe, shared with the other targets' build caches). The compiler's answers (`--version`, which flags
 it accepts) are kept in `probes/` there, keyed by the compiler's resolved file, its mtime and size
 and the variables that select it, for a day: a later process loads a cached kernel without running
-the compiler at all. Each build goes to a temporary file in the
-cache folder and is published with os.replace, so concurrent builds of one kernel are safe and a
-library some process has mapped is never written in place (that is SIGBUS).
-Next to each build, `<file>.sha256` holds its digest; a build whose bytes no longer match, or a
-library that will not load, is rebuilt once, then reported as a CompilerError.
-Every compiler run (the `--version` identity, the flag probes, the build) is killed after
-ROPEGEN_CC_TIMEOUT seconds when that is set (default: 60 s for `--version`, 120 s for a probe,
-600 s for a build). build_many() builds several kernels at once, one compiler per core.
+the compiler at all. Each build goes to a temporary file in the cache folder and is published with
+os.replace, so concurrent builds of one kernel are safe and a library some process has mapped is
+never written in place (that is SIGBUS). Next to each build, `<file>.sha256` holds its digest; a
+build whose bytes no longer match, or a library that will not load, is rebuilt once, then reported
+as a CompilerError. Every compiler run (the `--version` identity, the flag probes, the build) is
+killed after ROPEGEN_CC_TIMEOUT seconds when that is set (default: 60 s for `--version`, 120 s for a
+probe, 600 s for a build). build_many() builds several kernels at once, one compiler per core.
 Numerics-changing flags are pinned: ISO C11 (no GNU extensions), no FMA contraction, never
--ffast-math. -march=native is added only when ROPEGEN_MARCH_NATIVE=1 asks for it; the assembler's
-branch padding (BRANCH_ALIGN_FLAGS) wherever it is accepted.
+-ffast-math. -march=native only with ROPEGEN_MARCH_NATIVE=1; branch padding wherever accepted.
 """
 from __future__ import annotations
 
@@ -60,10 +58,7 @@ class CompilerError(RuntimeError):
 
 def compiler() -> list[str]:
     """The compiler command ($CC or cc), split like a shell word list."""
-    words = shlex.split(os.environ.get("CC", "") or "cc")
-    if not words:
-        words = ["cc"]
-    return words
+    return shlex.split(os.environ.get("CC", "") or "cc") or ["cc"]
 
 
 def _require(cmd: list[str]) -> None:
@@ -219,17 +214,14 @@ def openmp_flags() -> tuple[str, ...]:
     return ()
 
 
-# Every jump kept off a 32-byte boundary (GNU as pads the code before it): Intel's advice for its
-# Skylake-derived cores, whose microcode fix for the JCC erratum sends a jump that touches one, and its
-# loop, past the decoded-instruction cache. Padding only: no instruction's result changes. Without it a
-# kernel's speed there moved with wherever the linker placed its loops (Cascade Lake, RMSNorm [16, 4096]
-# f32 in cache, in place, one object linked into two harnesses: 11.9 / 14.6 us; with it 11.9 / 12.3).
-# Probed, so a compiler or target without it (Clang's assembler, Arm) builds as before.
+# Jumps padded off 32-byte boundaries (padding only): on Skylake-derived cores the JCC erratum's fix
+# sends a jump touching one past the decoded-instruction cache, so a kernel's speed moved with where the
+# linker put its loops (Cascade Lake, one RMSNorm object in two harnesses: 11.9 / 14.6 us; padded 12.3).
 BRANCH_ALIGN_FLAGS: tuple[str, ...] = ("-Wa,-mbranches-within-32B-boundaries",)
 
 
 def layout_flags() -> tuple[str, ...]:
-    """BRANCH_ALIGN_FLAGS where the compiler and its assembler accept them."""
+    """BRANCH_ALIGN_FLAGS where the compiler and its assembler accept them (not Clang's, not Arm's)."""
     cmd = tuple(compiler())
     _require(list(cmd))
     return BRANCH_ALIGN_FLAGS if all(_supports(cmd, f) for f in BRANCH_ALIGN_FLAGS) else ()
