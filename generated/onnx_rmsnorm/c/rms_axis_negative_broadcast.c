@@ -543,7 +543,6 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             const int how = 0;
-            (void)how;
             float *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
@@ -635,7 +634,6 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
              * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
-            (void)how;
             float *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             {
                 int64_t i = 0;
@@ -730,7 +728,6 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
              * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
-            (void)how;
             float *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             {
                 int64_t i = 0;

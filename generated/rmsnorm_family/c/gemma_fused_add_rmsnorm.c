@@ -476,7 +476,6 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             const int how = 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
@@ -524,7 +523,6 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             const int how = 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
@@ -571,7 +569,6 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *re
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             const int how = 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);

@@ -1048,7 +1048,6 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
         for (int64_t i0 = 0; i0 < RG_N; i0 += RG_PIECE) {
             const int64_t n = RG_N - i0 < RG_PIECE ? RG_N - i0 : RG_PIECE;
             const int how = 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (r + 1 < r1) {       /* the same piece of the next row, while this one is computed */
                 rg_prefetch(xr + RG_N + i0, (size_t)n * sizeof xr[0]);
@@ -1187,7 +1186,6 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
              * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (fast) {
                 int64_t i = 0;
@@ -1328,7 +1326,6 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
              * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (fast) {
                 int64_t i = 0;
@@ -1451,7 +1448,6 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
              * else plainly, over x's row in place (RG_OVER: f32 vectors off a line go whole, rg_vst_f32_*) */
             const int how = stream && ((uintptr_t)(void *)(yr + i0) & rg_ntm) == 0 ? RG_NT
                             : (const void *)y == (const void *)x ? RG_OVER : 0;
-            (void)how;
             uint16_t *dst = (stream && !(how & RG_NT)) ? buf : yr + i0;
             if (fast) {
                 int64_t i = 0;
