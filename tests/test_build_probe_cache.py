@@ -47,6 +47,7 @@ def _forget() -> None:
     cbuild._identity.cache_clear()
     cbuild._supports.cache_clear()
     cbuild._stamp.cache_clear()
+    cbuild._RECORDS.clear()
 
 
 @pytest.fixture
@@ -144,6 +145,77 @@ def test_a_damaged_probe_cache_is_ignored(cache, counted, damage):
     _forget()
     assert cbuild.build_flags() == flags and cbuild.identity() == ident
     assert counted == []
+
+
+_OPENED: list[str] | None = None     # while a list, the paths that files are opened at (audit events)
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+@pytest.fixture
+def opened():
+    """The paths opened while the test runs (Python's audit hook sees every open(), however made)."""
+    global _OPENED
+    if _audit not in _HOOKED:        # an audit hook cannot be removed: one for the whole session
+        sys.addaudithook(_audit)
+        _HOOKED.append(_audit)
+    _OPENED = []
+    try:
+        yield _OPENED
+    finally:
+        _OPENED = None
+
+
+_HOOKED: list = []
+
+
+def test_a_process_reads_its_compilers_probe_file_once(cache, opened):
+    """A first kernel asks up to four questions of one compiler (its version, C11, OpenMP, branch padding):
+    all from one read of the probe file, not one read each."""
+    flags, ident = cbuild.build_flags(), cbuild.identity()
+    cbuild.check_usable()
+    path, = (cache / "probes").glob("*.json")
+    _forget()
+    opened.clear()
+    assert cbuild.identity() == ident
+    cbuild.check_usable()
+    assert cbuild.build_flags() == flags
+    assert opened.count(str(path)) == 1
+
+
+def test_the_code_stamp_reads_no_template(opened):
+    """The source cache's stamp of the templates is their name, mtime and size (like the modules'), not
+    their text: hashing it cost a millisecond of every process's first call without SHA instructions."""
+    cbackend._code_stamp.cache_clear()
+    try:
+        cbackend._code_stamp()
+    finally:
+        cbackend._code_stamp.cache_clear()
+    templates = str(cbackend.templates_dir())
+    assert not [p for p in opened if p.startswith(templates)]
+
+
+def test_a_template_rewritten_to_the_same_size_changes_the_source_key(cache, tmp_path, monkeypatch):
+    op = _operators(1)[0]
+    copy = tmp_path / "templates"
+    shutil.copytree(cbackend.templates_dir() / "c", copy / "c")
+    monkeypatch.setattr(cbackend, "templates_dir", lambda: copy)
+    target = copy / "c" / "rope.c.j2"
+    cbackend._code_stamp.cache_clear()
+    try:
+        before = cbackend._sources_path(op.plan, "tiny0.rope")
+        text = target.read_text(encoding="utf-8")
+        st = target.stat()
+        target.write_text(text.replace("{", "(", 1), encoding="utf-8")     # one byte changed, same size
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # as a later save leaves it
+        cbackend._code_stamp.cache_clear()
+        after = cbackend._sources_path(op.plan, "tiny0.rope")
+    finally:
+        cbackend._code_stamp.cache_clear()
+    assert before is not None and after is not None and before != after
 
 
 def _operators(n: int) -> list:

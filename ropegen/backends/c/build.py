@@ -20,18 +20,17 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import math
 import os
 import shlex
 import shutil
-import signal
-import subprocess
+import subprocess  # noqa: F401  (tests count compiler runs by patching subprocess.Popen through cbuild)
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
+from ropegen.backends.c.ccrun import TIMEOUT_ENV, CompilerError, run as _run  # noqa: F401  (both are cbuild's API)
 from ropegen.runtime import cache
 
 # Flags every ropegen C build uses; the generated headers record them (keep in sync: one list).
@@ -41,7 +40,6 @@ SHARED_FLAGS: tuple[str, ...] = ("-fPIC", "-shared")
 # Sanitizer build of a test driver.
 SANITIZE_FLAGS: tuple[str, ...] = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                                    "-fno-omit-frame-pointer")
-TIMEOUT_ENV = "ROPEGEN_CC_TIMEOUT"
 # A temporary build file this old belongs to a process that died mid-build: nobody will publish it.
 _STALE_TMP_S = 24 * 3600
 # Variables that change which compiler `cc` runs or what it links: part of the probe cache's key.
@@ -52,62 +50,19 @@ _PROBE_TTL_S = 24 * 3600
 _PROBE_FORMAT = 1
 
 
-class CompilerError(RuntimeError):
-    """The C compiler is missing, hangs, rejected a generated source or built something unusable."""
-
-
 def compiler() -> list[str]:
     """The compiler command ($CC or cc), split like a shell word list."""
-    return shlex.split(os.environ.get("CC", "") or "cc") or ["cc"]
+    return list(_split(os.environ.get("CC", "") or "cc"))
+
+
+@lru_cache(maxsize=8)
+def _split(cc: str) -> tuple[str, ...]:
+    return tuple(shlex.split(cc)) or ("cc",)
 
 
 def _require(cmd: list[str]) -> None:
     if shutil.which(cmd[0]) is None:
         raise CompilerError(f"C compiler '{cmd[0]}' not found; install one (e.g. gcc) or point CC at it")
-
-
-def _timeout(default: float) -> float:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return default
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise CompilerError(f"{TIMEOUT_ENV} must be a positive number of seconds, not '{raw}'")
-    return seconds
-
-
-def _run(argv: list[str], default_timeout: float, what: str) -> subprocess.CompletedProcess:
-    """Run one compiler command; a hang is killed, with whatever it started, and reported."""
-    seconds = _timeout(default_timeout)
-    try:
-        # A session of its own so that a timeout kills the whole group: `cc` is a driver whose
-        # cc1 / ld children would otherwise run on.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, errors="replace", start_new_session=True)
-    except OSError as exc:
-        raise CompilerError(f"C compiler '{argv[0]}' cannot be run: {exc}") from None
-    with proc:
-        try:
-            out, err = proc.communicate(timeout=seconds)
-        except BaseException as exc:
-            _kill_group(proc)
-            if isinstance(exc, subprocess.TimeoutExpired):
-                raise CompilerError(f"C compiler '{argv[0]}' did not finish {what} within {seconds:g} s "
-                                    f"(set {TIMEOUT_ENV} to allow longer)") from None
-            raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    # Only wait for the process: a grandchild that escaped the group may still hold the pipes open.
-    proc.wait()
 
 
 @lru_cache(maxsize=None)
@@ -129,12 +84,12 @@ def _probe_path(stamp: str) -> Path:
     return cache_dir() / "probes" / f"{stamp}.json"
 
 
-def _read_probes(stamp: str) -> tuple[float, dict[str, str | bool]]:
+def _read_probes(stamp: str, fresh: bool = False) -> tuple[float, dict[str, str | bool]]:
     """When the recorded answers for one compiler stamp were first probed, and the answers; anything
     unreadable, damaged or stale is no answer (and now)."""
     now = time.time()
     try:
-        data = json.loads(_probe_path(stamp).read_text(encoding="utf-8"))
+        data = _probe_record(str(_probe_path(stamp)), fresh)
     except (OSError, ValueError):
         return now, {}
     if not (isinstance(data, dict) and data.get("format") == _PROBE_FORMAT and data.get("stamp") == stamp):
@@ -143,6 +98,18 @@ def _read_probes(stamp: str) -> tuple[float, dict[str, str | bool]]:
     if not (isinstance(when, (int, float)) and 0 <= now - when < _PROBE_TTL_S and isinstance(answers, dict)):
         return now, {}
     return float(when), {k: v for k, v in answers.items() if isinstance(k, str) and isinstance(v, (str, bool))}
+
+
+# The probe files this process has read, by path: a first kernel asks up to four questions of one
+# file (~0.1 ms a read). A question it does not answer sends _probed to the file itself again.
+_RECORDS: dict[str, object] = {}
+
+
+def _probe_record(path: str, fresh: bool) -> object:
+    if fresh or path not in _RECORDS:
+        with open(path, encoding="utf-8") as f:
+            _RECORDS[path] = json.loads(f.read())
+    return _RECORDS[path]
 
 
 def _probed(cmd: tuple[str, ...], question: str, ask):
@@ -154,13 +121,14 @@ def _probed(cmd: tuple[str, ...], question: str, ask):
         return answers[question]
     answer = ask()
     # read again: another process may have recorded other answers meanwhile (they keep their age)
-    when, answers = _read_probes(stamp)
+    when, answers = _read_probes(stamp, fresh=True)
     answers[question] = answer
     try:
         path = _probe_path(stamp)
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {"format": _PROBE_FORMAT, "stamp": stamp, "time": when, "answers": answers}
         write_atomic(path, json.dumps(record, sort_keys=True).encode("utf-8"))
+        _RECORDS[str(path)] = record
     except OSError:
         pass   # a read-only cache: probe again next time
     return answer
