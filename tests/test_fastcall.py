@@ -8,7 +8,10 @@ all of Operator.bind both ways."""
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -19,6 +22,7 @@ from ropegen.backends.c import fastcall
 from ropegen.backends.c.backend import CBackend
 
 BF16 = ml_dtypes.bfloat16
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(CBackend().unavailable() is not None, reason=str(CBackend().unavailable()))
 
@@ -204,6 +208,44 @@ def test_more_outputs_than_the_stack_holds():
 def test_unavailable_says_why(monkeypatch):
     monkeypatch.setenv(fastcall.ENV, "0")
     assert fastcall.module() is None and fastcall.unavailable() == f"{fastcall.ENV}=0"
+
+
+def test_python_h_is_where_sysconfig_says(monkeypatch):
+    """fastcall finds Python.h without sysconfig where the interpreter's base prefix holds it, in the very
+    folder sysconfig names; elsewhere it asks sysconfig."""
+    import sysconfig
+    said = sysconfig.get_paths().get("include") or ""
+    found = fastcall._include()
+    assert found == said or not (Path(said) / "Python.h").is_file()
+    monkeypatch.setattr(sys, "base_prefix", "/nonexistent-prefix")
+    assert fastcall._include() == said
+
+
+FIRST_BOUND_CALL = """
+import sys
+import numpy as np
+import ropegen
+from ropegen.backends.c import fastcall
+op = ropegen.compile(sys.argv[1])["n"]
+x, s = np.ones((2, 256), np.float32), np.ones(256, np.float32)
+op.run(x, s, backend="c", threads=1)
+op.run(x, s, backend="c", threads=1)     # a signature seen twice: bound, through the extension
+assert fastcall.module() is not None
+print(sorted(m for m in sys.modules if m.startswith("_sysconfigdata")))
+"""
+
+
+@needs_ext
+def test_first_bound_call_loads_no_build_configuration(tmp_path):
+    """Loading the extension in a new process reads no sysconfig data module (it cost 1.5 ms of the
+    process's second call; the Python.h it needs is found by its path)."""
+    spec = tmp_path / "ops.rope"
+    spec.write_text(ROPE, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", FIRST_BOUND_CALL, str(spec)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
 
 
 @needs_ext
