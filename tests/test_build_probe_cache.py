@@ -198,6 +198,42 @@ def test_the_code_stamp_reads_no_template(opened):
     assert not [p for p in opened if p.startswith(templates)]
 
 
+def _stamp_of(package: Path) -> str:
+    """The code stamp with ropegen's package (and so its templates) at `package`."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ropegen, "__file__", str(package / "__init__.py"))
+        mp.setattr(cbackend, "templates_dir", lambda: package / "data" / "templates")
+        cbackend._code_stamp.cache_clear()
+        try:
+            return cbackend._code_stamp()
+        finally:
+            cbackend._code_stamp.cache_clear()
+
+
+def test_an_installed_wheel_is_stamped_by_its_record(tmp_path):
+    """Installed from a wheel (the package beside its dist-info), the code stamp is the RECORD that pip
+    rewrites with every install; a package without one (a checkout, an editable install) is stamped file by
+    file, so that an edit changes it."""
+    site = tmp_path / "site"
+    package = site / "ropegen"
+    (package / "data" / "templates" / "c").mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    module = package / "api.py"
+    module.write_text("x = 1\n", encoding="utf-8")
+    (package / "data" / "templates" / "c" / "rope.c.j2").write_text("{{ x }}\n", encoding="utf-8")
+    checkout = _stamp_of(package)
+    module.write_text("x = 22\n", encoding="utf-8")
+    assert _stamp_of(package) != checkout
+    info = site / f"ropegen-{ropegen.__version__}.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("ropegen/api.py,sha256=a,7\n", encoding="utf-8")
+    installed = _stamp_of(package)
+    assert installed != checkout
+    (tmp_path / "new").write_text("ropegen/api.py,sha256=b,7\n", encoding="utf-8")
+    os.replace(tmp_path / "new", info / "RECORD")          # as a reinstall leaves it
+    assert _stamp_of(package) != installed
+
+
 def test_a_template_rewritten_to_the_same_size_changes_the_source_key(cache, tmp_path, monkeypatch):
     op = _operators(1)[0]
     copy = tmp_path / "templates"

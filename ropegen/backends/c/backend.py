@@ -132,13 +132,22 @@ def cmake_context(plans: list[Plan], files: list[dict[str, str]], spec_file: str
 
 @lru_cache(maxsize=1)
 def _code_stamp() -> str:
-    """What rendering depends on besides the plan: the C templates and every ropegen module, each by
-    path, mtime and size (the rule by which Python itself trusts a module's cached bytecode). An edit
-    saved in place still changes its file's mtime, and a checkout or an install writes new files.
-    Hashing the templates' text instead cost a millisecond of every process's first call on a CPU
-    without SHA instructions (196 KB at ~200 MB/s)."""
+    """What rendering depends on besides the plan: the C templates and every ropegen module. Installed
+    from a wheel, that is its RECORD file (pip writes a new one, listing every file's sha256, with
+    each install: 2 stat()s). In a checkout or an editable install, each file by path, mtime and size,
+    the rule by which Python itself trusts a module's cached bytecode: an edit saved in place still
+    changes its file's mtime, and a checkout writes new files (135 modules: ~1 ms). Hashing the
+    templates' text cost another millisecond of every process's first call on a CPU without SHA
+    instructions (196 KB at ~200 MB/s)."""
     h = hashlib.sha256(ropegen.__version__.encode("utf-8") + b"\0")
-    for root, only_py in ((templates_dir() / "c", False), (Path(ropegen.__file__).resolve().parent, True)):
+    package = Path(ropegen.__file__).resolve().parent
+    templates = templates_dir() / "c"
+    record = package.parent / f"ropegen-{ropegen.__version__}.dist-info" / "RECORD"
+    if package in templates.parents and record.is_file():
+        st = record.stat()
+        h.update(f"{record}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
+    for root, only_py in ((templates, False), (package, True)):
         _stamp_tree(h, str(root), only_py)
     return h.hexdigest()
 
