@@ -2,8 +2,8 @@
 and per spec a CMakeLists.txt + pkg-config template that make those sources one library for C/C++ builds.
 
 Rendered sources are kept in the build cache (`sources/`), keyed by the plan, the spec's file name,
-and the C templates' and ropegen modules' files (name, mtime, size): a process that loads a
-cached kernel neither runs Jinja nor the compiler.
+and the C templates' and ropegen modules' files (name, mtime, size; an installed wheel's RECORD): a
+process that loads a cached kernel neither runs Jinja nor the compiler.
 """
 from __future__ import annotations
 
