@@ -158,7 +158,7 @@ def _stamp_tree(h, folder: str, only_py: bool) -> None:
     with os.scandir(folder) as it:
         entries = sorted(it, key=lambda e: e.name)
     for e in entries:
-        if e.is_dir():
+        if e.is_dir(follow_symlinks=False):     # as os.walk: no loop through a linked folder
             if e.name != "__pycache__":
                 _stamp_tree(h, e.path, only_py)
         elif not only_py or e.name.endswith(".py"):
