@@ -684,6 +684,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     _Alignas(64) float rg_buf[64];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosn0[RG_NCOLS], rg_sinn0[RG_NCOLS];      /* the next token's, computed during this one's heads */
+    /* ... in calls as large as a streamed one, which come from memory (in cache it measured 2 % slower),
+     * and in every call that streams (ROPEGEN_STREAM=1 makes small ones stream, for tests) */
+    const int rg_ahead_on = rg_stream || rg_ntok >= 16384;
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_token; (void)x_stride_head; (void)pos; (void)y; (void)y_stride_token; (void)y_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
@@ -693,7 +697,12 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         (void)rg_tm;
         const int64_t rg_p0 = (int64_t)pos[rg_tm];
 
-        rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* this token's angles: computed during the previous token's heads (angles_ahead, backends/c/context.py) */
+        if (rg_t == rg_t0 || !rg_ahead_on) {
+            rg_angles(rg_p0, rg_cos0, rg_sin0);
+        } else {
+            for (int rg_i = 0; rg_i < RG_NCOLS; ++rg_i) { rg_cos0[rg_i] = rg_cosn0[rg_i]; rg_sin0[rg_i] = rg_sinn0[rg_i]; }
+        }
         /* the next token of the call (and sequence): its heads are fetched while this token's are rotated */
         const int rg_ahead = rg_t + 1 < rg_ntok;
         /* and the token RG_FAR on, into the L2 (see RG_FAR) */
@@ -706,6 +715,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * x_stride_head + x_stride_token, 64 * sizeof rg_xt[0]);
                 if (rg_far) rg_prefetch_l2(rg_xt + rg_h * x_stride_head + RG_FAR * x_stride_token, 64 * sizeof rg_xt[0]);
+                if (rg_h == 4 && rg_ahead_on && rg_t + 1 < rg_t1) rg_angles((int64_t)pos[rg_tm + 1], rg_cosn0, rg_sinn0);
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
                 /* the pairs in vector registers (8 lanes), loaded straight from the head and
@@ -759,6 +769,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     _Alignas(64) float rg_buf[64];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosn0[RG_NCOLS], rg_sinn0[RG_NCOLS];      /* the next token's, computed during this one's heads */
+    /* ... in calls as large as a streamed one, which come from memory (in cache it measured 2 % slower),
+     * and in every call that streams (ROPEGEN_STREAM=1 makes small ones stream, for tests) */
+    const int rg_ahead_on = rg_stream || rg_ntok >= 16384;
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)x; (void)x_stride_token; (void)x_stride_head; (void)pos; (void)y; (void)y_stride_token; (void)y_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
@@ -768,7 +782,12 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         (void)rg_tm;
         const int64_t rg_p0 = (int64_t)pos[rg_tm];
 
-        rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* this token's angles: computed during the previous token's heads (angles_ahead, backends/c/context.py) */
+        if (rg_t == rg_t0 || !rg_ahead_on) {
+            rg_angles(rg_p0, rg_cos0, rg_sin0);
+        } else {
+            for (int rg_i = 0; rg_i < RG_NCOLS; ++rg_i) { rg_cos0[rg_i] = rg_cosn0[rg_i]; rg_sin0[rg_i] = rg_sinn0[rg_i]; }
+        }
         /* the next token of the call (and sequence): its heads are fetched while this token's are rotated */
         const int rg_ahead = rg_t + 1 < rg_ntok;
         /* and the token RG_FAR on, into the L2 (see RG_FAR) */
@@ -781,6 +800,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * x_stride_head + x_stride_token, 64 * sizeof rg_xt[0]);
                 if (rg_far) rg_prefetch_l2(rg_xt + rg_h * x_stride_head + RG_FAR * x_stride_token, 64 * sizeof rg_xt[0]);
+                if (rg_h == 4 && rg_ahead_on && rg_t + 1 < rg_t1) rg_angles((int64_t)pos[rg_tm + 1], rg_cosn0, rg_sinn0);
                 const float *rg_xh = rg_xt + rg_h * x_stride_head;
                 float *rg_yh = rg_yt + rg_h * y_stride_head;
                 /* the pairs in vector registers (16 lanes), loaded straight from the head and

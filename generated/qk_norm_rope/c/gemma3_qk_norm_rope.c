@@ -946,6 +946,10 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
     _Alignas(64) float rg_buf[256];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosn0[RG_NCOLS], rg_sinn0[RG_NCOLS];      /* the next token's, computed during this one's heads */
+    /* ... in calls as large as a streamed one, which come from memory (in cache it measured 2 % slower),
+     * and in every call that streams (ROPEGEN_STREAM=1 makes small ones stream, for tests) */
+    const int rg_ahead_on = rg_stream || rg_ntok >= 2730;
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
@@ -955,7 +959,12 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
         (void)rg_tm;
         const int64_t rg_p0 = (int64_t)positions[rg_tm];
 
-        rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* this token's angles: computed during the previous token's heads (angles_ahead, backends/c/context.py) */
+        if (rg_t == rg_t0 || !rg_ahead_on) {
+            rg_angles(rg_p0, rg_cos0, rg_sin0);
+        } else {
+            for (int rg_i = 0; rg_i < RG_NCOLS; ++rg_i) { rg_cos0[rg_i] = rg_cosn0[rg_i]; rg_sin0[rg_i] = rg_sinn0[rg_i]; }
+        }
         /* the next token of the call (and sequence): its heads are fetched while this token's are rotated */
         const int rg_ahead = rg_t + 1 < rg_ntok;
         /* and the token RG_FAR on, into the L2 (see RG_FAR) */
@@ -973,6 +982,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const struct rg_args *rg_a, int64_t rg_t0
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 256 * sizeof rg_xt[0]);
                 if (rg_far) rg_prefetch_l2(rg_xt + rg_h * q_stride_head + RG_FAR * q_stride_token, 256 * sizeof rg_xt[0]);
+                if (rg_h == 4 && rg_ahead_on && rg_t + 1 < rg_t1) rg_angles((int64_t)positions[rg_tm + 1], rg_cosn0, rg_sinn0);
                 float rg_nh[256];      /* the head normalized, then rotated from here */
                 rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_invs[rg_h]);
                 const float *rg_xh = rg_nh;
@@ -1068,6 +1078,10 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
     _Alignas(64) float rg_buf[256];      /* one head, when streaming (on a line: whole stores) */
     int64_t rg_seq = 0, rg_seq_start = 0;
     rg_c rg_cos0[RG_NCOLS], rg_sin0[RG_NCOLS];
+    rg_c rg_cosn0[RG_NCOLS], rg_sinn0[RG_NCOLS];      /* the next token's, computed during this one's heads */
+    /* ... in calls as large as a streamed one, which come from memory (in cache it measured 2 % slower),
+     * and in every call that streams (ROPEGEN_STREAM=1 makes small ones stream, for tests) */
+    const int rg_ahead_on = rg_stream || rg_ntok >= 2730;
     (void)rg_seq; (void)rg_seq_start; (void)rg_B;
 (void)q; (void)q_stride_token; (void)q_stride_head; (void)k; (void)k_stride_token; (void)k_stride_head; (void)positions; (void)q_weight; (void)k_weight; (void)q_rot; (void)q_rot_stride_token; (void)q_rot_stride_head; (void)k_rot; (void)k_rot_stride_token; (void)k_rot_stride_head; (void)T; (void)threads; 
     for (int64_t rg_t = rg_t0; rg_t < rg_t1; ++rg_t) {
@@ -1077,7 +1091,12 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
         (void)rg_tm;
         const int64_t rg_p0 = (int64_t)positions[rg_tm];
 
-        rg_angles(rg_p0, rg_cos0, rg_sin0);
+        /* this token's angles: computed during the previous token's heads (angles_ahead, backends/c/context.py) */
+        if (rg_t == rg_t0 || !rg_ahead_on) {
+            rg_angles(rg_p0, rg_cos0, rg_sin0);
+        } else {
+            for (int rg_i = 0; rg_i < RG_NCOLS; ++rg_i) { rg_cos0[rg_i] = rg_cosn0[rg_i]; rg_sin0[rg_i] = rg_sinn0[rg_i]; }
+        }
         /* the next token of the call (and sequence): its heads are fetched while this token's are rotated */
         const int rg_ahead = rg_t + 1 < rg_ntok;
         /* and the token RG_FAR on, into the L2 (see RG_FAR) */
@@ -1095,6 +1114,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const struct rg_args *rg_a, int64_t r
             for (int64_t rg_h = 0; rg_h < 8; ++rg_h) {
                 if (rg_ahead) rg_prefetch(rg_xt + rg_h * q_stride_head + q_stride_token, 256 * sizeof rg_xt[0]);
                 if (rg_far) rg_prefetch_l2(rg_xt + rg_h * q_stride_head + RG_FAR * q_stride_token, 256 * sizeof rg_xt[0]);
+                if (rg_h == 4 && rg_ahead_on && rg_t + 1 < rg_t1) rg_angles((int64_t)positions[rg_tm + 1], rg_cosn0, rg_sinn0);
                 float rg_nh[256];      /* the head normalized, then rotated from here */
                 rg_head_norm0(rg_xt + rg_h * q_stride_head, q_weight, rg_nh, rg_invs[rg_h]);
                 const float *rg_xh = rg_nh;

@@ -127,7 +127,27 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
             s["norm"]["keep_f"] = bool(s["norm"]["grid"]) and s["norm"]["inv_f"] and s["heads"] * p.head_dim <= 8192
     norms = [s["norm"] for s in streams if s["norm"]]
     ctx.update(float_norm=any(n["inv_f"] or n["grid"] for n in norms))
+    ahead = ctx["angles_ahead"] = _angles_ahead(p, ctx)
+    for s in streams:
+        s["ahead_at"] = None
+    if ahead:
+        first = next((s for s in streams if s["rotate"]), None)
+        if first is not None:
+            first["ahead_at"] = first["heads"] // 2
     return ctx
+
+
+def _angles_ahead(p: RopePlan, ctx: dict[str, Any]) -> bool:
+    """Whether the vector variants compute the next token's angles halfway through this token's first
+    rotated stream (templates/c/rope.c.j2), where a token's reads are under way, instead of at its start,
+    when nothing is read: f32 heads only, whose rotation leaves the core idle waiting on memory (llama3
+    q + k, T = 4096 from memory, C harness alternated: in place 2530-2570 -> 2340-2370 ns a token at one
+    thread, 1300-1330 -> 1240-1280 at two; out of place 1-2 % faster). f16 and bf16 heads, which keep
+    the core busy converting, measured 0-5 % slower so. The next token's position must be its own in
+    the positions input (ids, tokens in order), one position stream, angles computed per call."""
+    return (ctx["angles_kind"] in ("exact", "ggml") and getattr(p.angles, "length_unit", None) != "sequence"
+            and ctx["positions_kind"] == "ids" and p.token_order != "sb" and p.n_streams == 1
+            and p.storage.name == "f32" and (p.out_dtype is None or p.out_dtype.name == "f32") and not ctx["fp8"])
 
 
 def _norm_grid(p: RopePlan, n, wide: str) -> str:
