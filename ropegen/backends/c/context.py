@@ -141,10 +141,11 @@ def _angles_ahead(p: RopePlan, ctx: dict[str, Any]) -> bool:
     """Whether the vector variants compute the next token's angles halfway through this token's first
     rotated stream (templates/c/rope.c.j2), where a token's reads are under way, instead of at its start,
     when nothing is read: f32 heads only, whose rotation leaves the core idle waiting on memory (llama3
-    q + k, T = 4096 from memory, C harness alternated: in place 2530-2570 -> 2340-2370 ns a token at one
-    thread, 1300-1330 -> 1240-1280 at two; out of place 1-2 % faster). f16 and bf16 heads, which keep
-    the core busy converting, measured 0-5 % slower so. The next token's position must be its own in
-    the positions input (ids, tokens in order), one position stream, angles computed per call."""
+    q + k, T = 4096 / 16384 from memory, C harness, both builds alternated in both orders, Cascade Lake:
+    in place 2-4 % faster at the median, up to 10 % in a round; out of place 0.5-1 %;
+    bench/results/angles_ahead_s21). f16 and bf16 heads, which keep the core busy converting, measured
+    0-5 % slower so. The next token's position must be its own in the positions input (ids, tokens in
+    order), one position stream, angles computed per call."""
     return (ctx["angles_kind"] in ("exact", "ggml") and getattr(p.angles, "length_unit", None) != "sequence"
             and ctx["positions_kind"] == "ids" and p.token_order != "sb" and p.n_streams == 1
             and p.storage.name == "f32" and (p.out_dtype is None or p.out_dtype.name == "f32") and not ctx["fp8"])
