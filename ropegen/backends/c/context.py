@@ -142,7 +142,7 @@ def _angles_ahead(p: RopePlan, ctx: dict[str, Any]) -> bool:
     rotated stream (templates/c/rope.c.j2), where a token's reads are under way, instead of at its start,
     when nothing is read: f32 heads only, whose rotation leaves the core idle waiting on memory (llama3
     q + k, T = 4096 / 16384 from memory, C harness, both builds alternated in both orders, Cascade Lake:
-    in place 2-4 % faster at the median, up to 10 % in a round; out of place 0.5-1 %;
+    in place 0.3-3 % faster at the medians of three series, up to 10 % in a round; out of place 0-1 %;
     bench/results/angles_ahead_s21). f16 and bf16 heads, which keep the core busy converting, measured
     0-5 % slower so. The next token's position must be its own in the positions input (ids, tokens in
     order), one position stream, angles computed per call."""
