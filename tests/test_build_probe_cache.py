@@ -21,6 +21,7 @@ import pytest
 import ropegen
 from ropegen.backends.c import backend as cbackend
 from ropegen.backends.c import build as cbuild
+from ropegen.backends.c import ccrun
 from ropegen.backends.c.backend import CBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,14 +68,14 @@ def _wrapper(path: Path, log: Path) -> Path:
 
 @pytest.fixture
 def counted(monkeypatch):
-    """The number of processes cbuild starts (every compiler run goes through subprocess.Popen)."""
+    """The number of processes cbuild starts (every compiler run goes through ccrun's subprocess.Popen)."""
     calls: list[list[str]] = []
     real = subprocess.Popen
 
     def popen(argv, *args, **kwargs):
         calls.append(list(argv))
         return real(argv, *args, **kwargs)
-    monkeypatch.setattr(cbuild.subprocess, "Popen", popen)
+    monkeypatch.setattr(ccrun.subprocess, "Popen", popen)
     return calls
 
 

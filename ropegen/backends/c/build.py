@@ -23,14 +23,13 @@ import json
 import os
 import shlex
 import shutil
-import subprocess  # noqa: F401  (tests count compiler runs by patching subprocess.Popen through cbuild)
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
-from ropegen.backends.c.ccrun import TIMEOUT_ENV, CompilerError, run as _run  # noqa: F401  (both are cbuild's API)
+from ropegen.backends.c.ccrun import CompilerError, run as _run
 from ropegen.runtime import cache
 
 # Flags every ropegen C build uses; the generated headers record them (keep in sync: one list).

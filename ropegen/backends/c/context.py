@@ -127,13 +127,11 @@ def rope_context(p: RopePlan) -> dict[str, Any]:
             s["norm"]["keep_f"] = bool(s["norm"]["grid"]) and s["norm"]["inv_f"] and s["heads"] * p.head_dim <= 8192
     norms = [s["norm"] for s in streams if s["norm"]]
     ctx.update(float_norm=any(n["inv_f"] or n["grid"] for n in norms))
-    ahead = ctx["angles_ahead"] = _angles_ahead(p, ctx)
+    # the head of the first rotated stream at which the next token's angles are computed, where they are
+    first = next((s for s in streams if s["rotate"]), None)
+    ctx["angles_ahead"] = first is not None and _angles_ahead(p, ctx)
     for s in streams:
-        s["ahead_at"] = None
-    if ahead:
-        first = next((s for s in streams if s["rotate"]), None)
-        if first is not None:
-            first["ahead_at"] = first["heads"] // 2
+        s["ahead_at"] = s["heads"] // 2 if ctx["angles_ahead"] and s is first else None
     return ctx
 
 
