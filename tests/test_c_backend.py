@@ -117,8 +117,31 @@ MAP(h_f64_to_f16, double, uint16_t, rg_f64_to_f16)
 MAP(h_f64_to_bf16, double, uint16_t, rg_f64_to_bf16)
 void h_sincos(const double *x, double *s, double *c, int64_t n)
 {{
-    for (int64_t i = 0; i < n; ++i) rg_sincos_fast(x[i], &s[i], &c[i]);
-    rg_sincos_fix(x, s, c, (int)n);
+    rg_sincos_cols(x, s, c, (int)n);
+}}
+/* one angle at a time, all of it in one go: fdlibm's sequence as rg_sincos_cols' stages split it,
+ * transcribed here so that a reordering there (other bits) has something to differ from */
+void h_sincos_one(const double *th, double *s, double *c, int64_t n)
+{{
+    for (int64_t i = 0; i < n; ++i) {{
+        const double x = th[i];
+        if (!(fabs(x) <= RG_TRIG_MAX)) {{ s[i] = sin(x); c[i] = cos(x); continue; }}
+        const double fq = x * 6.36619772367581382433e-01 + 6755399441055744.0;
+        const uint64_t q = rg_f64_bits(fq);
+        const double fn = fq - 6755399441055744.0;
+        const double r = ((x - fn * 1.57079632673412561417e+00) - fn * 6.07710050630396597660e-11) - fn * 2.02226624871116645580e-21;
+        const double z = r * r;
+        const double sr = 8.33333333332248946124e-03 + z * (-1.98412698298579493134e-04 + z * (2.75573137070700676789e-06
+                          + z * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10)));
+        const double sv = r + (z * r) * (-1.66666666666666324348e-01 + z * sr);
+        const double cr = z * (4.16666666666666019037e-02 + z * (-1.38888888888741095749e-03 + z * (2.48015872894767294178e-05
+                          + z * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11)))));
+        const double hz = 0.5 * z, w = 1.0 - hz;
+        const double cv = w + (((1.0 - w) - hz) + z * cr);
+        const double a = (q & 1u) ? cv : sv, b = (q & 1u) ? sv : cv;
+        s[i] = (q & 2u) ? -a : a;
+        c[i] = ((q + 1u) & 2u) ? -b : b;
+    }}
 }}
 """
 
@@ -141,7 +164,15 @@ def harness():
                      ctypes.c_void_p(c.ctypes.data), ctypes.c_int64(x.size))
         return s, c
 
+    def sincos_one(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        s, c = np.empty_like(x), np.empty_like(x)
+        lib.h_sincos_one(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(s.ctypes.data),
+                         ctypes.c_void_p(c.ctypes.data), ctypes.c_int64(x.size))
+        return s, c
+
     call.sincos = sincos
+    call.sincos_one = sincos_one
     return call
 
 
@@ -223,6 +254,22 @@ def test_sincos_is_accurate_to_about_one_ulp(harness):
     agree = np.mean((s[finite].astype(np.float32) == ws[finite].astype(np.float32))
                     & (c[finite].astype(np.float32) == wc[finite].astype(np.float32)))
     assert agree > 0.99999
+
+
+def test_sincos_stages_keep_each_angles_bits(harness):
+    """rg_sincos_cols runs fdlibm's sequence in stages over blocks of columns (for speed): every angle
+    must come out as the whole sequence, one angle at a time, gives it, whatever the count of columns
+    and wherever the far (libm) angles fall among them."""
+    rng = np.random.default_rng(5)
+    pool = np.concatenate([rng.uniform(-4, 4, 4096), rng.uniform(-1e6, 1e6, 4096),
+                           np.arange(0, 4096) * 0.81461723385654472, rng.uniform(-1e9, 1e9, 64),
+                           np.array([0.0, -0.0, np.pi / 4, -np.pi / 2, 1e6, -1e6, np.nextafter(1e6, 2e6),
+                                     np.inf, -np.inf, np.nan])])
+    for n in (1, 3, 8, 63, 64, 65, 127, 128, 200, pool.size):
+        x = rng.permutation(pool)[:n]
+        s, c = harness.sincos(x)
+        ws, wc = harness.sincos_one(x)
+        assert _bits_equal(s, ws) and _bits_equal(c, wc), n
 
 
 # ---------------------------------------------------------------------------------------------
