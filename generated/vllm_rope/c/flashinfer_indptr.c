@@ -505,9 +505,10 @@ static inline void rg_stream_fence(void) {}
  * The work goes in stages over a block of columns (reduction; both polynomials; the quadrant's swap
  * and signs), each stage a loop of its own. One loop doing all of an angle made a chain of ~100
  * cycles of dependent double operations per vector, of which the scheduler holds less than two:
- * a llama3 token's 64 angles took 310 ns in the AVX2 variant, 175 in the AVX-512 one, 520 in the
- * baseline (Cascade Lake, one thread); staged, 230 / 135 / 465. Every angle sees the same
- * operations in the same order as before: the same bits.
+ * a llama3 token's 64 angles took 314 ns in the AVX2 variant, 178 in the AVX-512 one, 534 in the
+ * baseline (Cascade Lake, one thread, medians); staged, 233 / 138 / 470
+ * (bench/results/staged_trig_s22/angles.sh). Every angle sees the same operations in the same order
+ * as before: the same bits.
  */
 #include <math.h>
 
