@@ -157,22 +157,17 @@ def harness():
         getattr(lib, fn)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.c_int64(x.size))
         return y
 
-    def sincos(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        s, c = np.empty_like(x), np.empty_like(x)
-        lib.h_sincos(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(s.ctypes.data),
-                     ctypes.c_void_p(c.ctypes.data), ctypes.c_int64(x.size))
-        return s, c
+    def sincos_by(fn: str):
+        def sincos(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            x = np.ascontiguousarray(x, dtype=np.float64)
+            s, c = np.empty_like(x), np.empty_like(x)
+            getattr(lib, fn)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(s.ctypes.data),
+                             ctypes.c_void_p(c.ctypes.data), ctypes.c_int64(x.size))
+            return s, c
+        return sincos
 
-    def sincos_one(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        s, c = np.empty_like(x), np.empty_like(x)
-        lib.h_sincos_one(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(s.ctypes.data),
-                         ctypes.c_void_p(c.ctypes.data), ctypes.c_int64(x.size))
-        return s, c
-
-    call.sincos = sincos
-    call.sincos_one = sincos_one
+    call.sincos = sincos_by("h_sincos")
+    call.sincos_one = sincos_by("h_sincos_one")
     return call
 
 
