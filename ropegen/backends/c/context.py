@@ -143,8 +143,9 @@ def _angles_ahead(p: RopePlan, ctx: dict[str, Any]) -> bool:
     in place 0.3-3 % faster at the medians of three series, up to 10 % in a round; out of place 0-1 %;
     bench/results/angles_ahead_s21). f16 and bf16 heads, which keep the core busy converting, measured
     0-5 % slower so (bf16 again after the staged sin / cos of s22: AVX2 1.7 % slower in place, 2.9 %
-    out of place; AVX-512 1.6 % faster in place, 3 % slower out of place). The next token's position must be its own in the positions input (ids, tokens in
-    order), one position stream, angles computed per call."""
+    out of place; AVX-512 1.6 % faster in place, 3 % slower out of place). The next token's position
+    must be its own in the positions input (ids, tokens in order), one position stream, angles computed
+    per call."""
     return (ctx["angles_kind"] in ("exact", "ggml") and getattr(p.angles, "length_unit", None) != "sequence"
             and ctx["positions_kind"] == "ids" and p.token_order != "sb" and p.n_streams == 1
             and p.storage.name == "f32" and (p.out_dtype is None or p.out_dtype.name == "f32") and not ctx["fp8"])
