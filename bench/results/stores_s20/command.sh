@@ -6,7 +6,9 @@
 # RoPE: llama3 q + k (the bench suite's llama3_8b_<dt>), one thread, T = 16 in cache (HOT) or T = 4096
 # from memory (after reading 256 MiB), in place (IP) or not, inputs and outputs OFF bytes past a page
 # (NumPy puts a large array 16 bytes past one); the in-place rows also time an in-place pass over the same
-# bytes (yard). ROPEGEN_ISA picks the variant. RMSNorm: [16, 4096] f32 and bf16 in cache.
+# bytes (yard). ROPEGEN_ISA picks the variant. The RoPE harness is ../angles_ahead_s21/rope_ab.c (this
+# folder's own copy, the same but for the TH thread count it later gained, was merged into it: its lines now
+# also print th=1). RMSNorm: [16, 4096] f32 and bf16 in cache.
 set -e
 OLD=$1; NEW=$2; W=$(mktemp -d)
 # both builds as ropegen builds kernels since fca4902: its pinned flags and the assembler's branch padding
@@ -27,9 +29,9 @@ for side in OLD NEW; do
   done
   i=1
 done
-gcc -O2 -DNK=2 -DESZ=2 rope_ab.c "$W/llama3_8b_bf16_0.o" "$W/llama3_8b_bf16_1.o" -lm -o "$W/bf16"
-gcc -O2 -DNK=2 -DESZ=2 rope_ab.c "$W/llama3_8b_f16_0.o" "$W/llama3_8b_f16_1.o" -lm -o "$W/f16"
-gcc -O2 -DNK=2 -DESZ=4 rope_ab.c "$W/llama3_8b_f32_0.o" "$W/llama3_8b_f32_1.o" -lm -o "$W/f32"
+gcc -O2 -DNK=2 -DESZ=2 ../angles_ahead_s21/rope_ab.c "$W/llama3_8b_bf16_0.o" "$W/llama3_8b_bf16_1.o" -lm -o "$W/bf16"
+gcc -O2 -DNK=2 -DESZ=2 ../angles_ahead_s21/rope_ab.c "$W/llama3_8b_f16_0.o" "$W/llama3_8b_f16_1.o" -lm -o "$W/f16"
+gcc -O2 -DNK=2 -DESZ=4 ../angles_ahead_s21/rope_ab.c "$W/llama3_8b_f32_0.o" "$W/llama3_8b_f32_1.o" -lm -o "$W/f32"
 gcc -O2 -DESZ=4 rms_ab.c "$W/rmsnorm_4096_f32_0.o" "$W/rmsnorm_4096_f32_1.o" -lm -o "$W/rms_f32"
 gcc -O2 -DESZ=2 rms_ab.c "$W/rmsnorm_4096_bf16_0.o" "$W/rmsnorm_4096_bf16_1.o" -lm -o "$W/rms_bf16"
 grep -m1 "model name" /proc/cpuinfo
