@@ -532,8 +532,8 @@ static void rg_run_base(const float *x, const rg_prod *w, float *y, int64_t r0, 
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 63u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
@@ -608,8 +608,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const float *x, const rg_prod *w, float *
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 63u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
@@ -702,8 +702,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const float *x, const rg_prod *w, flo
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 63u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const float *xr = x + r * RG_N;
@@ -783,13 +783,15 @@ int ropegen_rms_last_axis(const float *x, const float *scale, float *y, int64_t 
 
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
-    /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
+    /* large out-of-place outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off,
+     * for tests); y over x never is */
     int rg_stream = RG_CAN_STREAM && 2048 > 0 && rg_rows >= 2048;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    if ((const void *)y == (const void *)x) rg_stream = 0;
     /* rows [lo, hi) */
 #define RG_ROWS(lo, hi) rg_run(x, rg_w, y, (lo), (hi), rg_stream, rg_w_finite)
     if (!RG_THREADED(rg_nchunks, threads)) {

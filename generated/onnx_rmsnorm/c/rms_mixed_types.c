@@ -455,8 +455,8 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, float *y, int64_t r
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 63u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -489,8 +489,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, floa
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 63u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -522,8 +522,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
     _Alignas(64) float buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 63u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 63u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -584,13 +584,15 @@ int ropegen_rms_mixed_types(const uint16_t *x, const float *scale, float *y, int
 
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
-    /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
+    /* large out-of-place outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off,
+     * for tests); y over x never is */
     int rg_stream = RG_CAN_STREAM && 131072 > 0 && rg_rows >= 131072;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    if ((const void *)y == (const void *)x) rg_stream = 0;
     /* rows [lo, hi) */
 #define RG_ROWS(lo, hi) rg_run(x, rg_w, y, (lo), (hi), rg_stream, rg_w_finite)
     if (!RG_THREADED(rg_nchunks, threads)) {

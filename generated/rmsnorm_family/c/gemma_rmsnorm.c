@@ -1031,8 +1031,8 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1153,8 +1153,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1293,8 +1293,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1416,8 +1416,8 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1530,13 +1530,15 @@ int ropegen_gemma_rmsnorm(const uint16_t *x, const uint16_t *weight, uint16_t *y
     }
 #endif
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
-    /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
+    /* large out-of-place outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off,
+     * for tests); y over x never is */
     int rg_stream = RG_CAN_STREAM && 7281 > 0 && rg_rows >= 7281;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    if ((const void *)y == (const void *)x) rg_stream = 0;
     /* rows [lo, hi) */
 #define RG_ROWS(lo, hi) rg_run(x, rg_w, y, (lo), (hi), rg_stream, rg_w_finite, rg_dealt)
     if (!RG_THREADED(rg_nchunks, threads)) {

@@ -1034,8 +1034,8 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1156,8 +1156,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1296,8 +1296,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1419,8 +1419,8 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -1533,13 +1533,15 @@ int ropegen_qwen3_q_norm(const uint16_t *q, const uint16_t *weight, uint16_t *q_
     }
 #endif
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
-    /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
+    /* large out-of-place outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off,
+     * for tests); y over x never is */
     int rg_stream = RG_CAN_STREAM && 131072 > 0 && rg_rows >= 131072;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    if ((const void *)q_normed == (const void *)q) rg_stream = 0;
     /* rows [lo, hi) */
 #define RG_ROWS(lo, hi) rg_run(q, rg_w, q_normed, (lo), (hi), rg_stream, rg_w_finite, rg_dealt)
     if (!RG_THREADED(rg_nchunks, threads)) {

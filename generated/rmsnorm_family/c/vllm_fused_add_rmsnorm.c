@@ -471,8 +471,8 @@ static void rg_run_base(const uint16_t *x, const uint16_t *res, const rg_prod *w
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -525,8 +525,8 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const uint16_t *res, c
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -578,8 +578,8 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const uint16_t *re
     rg_stash s[RG_PIECE];       /* the piece of s, what is normalized */
     (void)w_finite;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
-     * the vector loops (nt_mask, backends/c/rms_context.py; in place, 16 bytes) */
-    const uintptr_t rg_ntm = (const void *)y == (const void *)x ? 15u : 15u;
+     * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
+    const uintptr_t rg_ntm = 15u;
     (void)rg_ntm;
     for (int64_t r = r0; r < r1; ++r) {
         const uint16_t *xr = x + r * RG_N;
@@ -659,13 +659,15 @@ int ropegen_vllm_fused_add_rmsnorm(const uint16_t *x, const uint16_t *residual, 
 
     const rg_run_fn rg_run = rg_pick();
     const int64_t rg_nchunks = (rg_rows + RG_CHUNK - 1) / RG_CHUNK;
-    /* large outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off, for tests) */
+    /* large out-of-place outputs are streamed past the caches (ROPEGEN_STREAM=1 / 0 forces it on / off,
+     * for tests); y over x never is */
     int rg_stream = RG_CAN_STREAM && 4096 > 0 && rg_rows >= 4096;
     {
         const char *rg_env = getenv("ROPEGEN_STREAM");
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    if ((const void *)y == (const void *)x) rg_stream = 0;
     /* rows [lo, hi) */
 #define RG_ROWS(lo, hi) rg_run(x, residual, rg_w, y, h, (lo), (hi), rg_stream, rg_w_finite)
     if (!RG_THREADED(rg_nchunks, threads)) {

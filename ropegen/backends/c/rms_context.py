@@ -159,8 +159,9 @@ def rms_context(p: RmsNormPlan) -> dict[str, Any]:
         # the vector loops; otherwise its pieces go through the piece buffer and a streamed copy. An f32
         # out= array 16 bytes into a line (NumPy's own) split every vector store ([4096, 4096] from
         # memory, one thread, op.run with out=: AVX-512 14.3-14.7 -> 8.5-9.4 ms, AVX2 10.3-11.8 ->
-        # 8.5-8.9; 8.0-8.3 on a line). bf16, bound by its compute, and every row written in place keep
-        # 16 bytes (rope.c.j2's heads, context.py's nt_mask, measured the buffer slower there).
+        # 8.5-8.9; 8.0-8.3 on a line). bf16, bound by its compute, keeps 16 bytes (rope.c.j2's heads,
+        # context.py's nt_mask, measured the buffer slower there). y over x is never streamed
+        # (_host.inc.j2's no_stream_over).
         nt_mask=63 if p.y.name == "f32" else 15,
         scale_dims=list(zip(p.norm_shape, p.scale_strides)),
         fp8=bool(p.quant_scale), qscale=param_name(params, "in", p.quant_scale) if p.quant_scale else "",
