@@ -1025,11 +1025,12 @@ static inline RG_TARGET_AVX512 void rg_deal_scale_avx512(rg_prod *w)
 }
 #endif
 
-static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
+static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt, int rg_fuse)
 {
     _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
+    (void)rg_fuse;      /* a large call in place: its rows take the fused loop (stored plainly over x) */
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
      * the vector loops (nt_mask, backends/c/rms_context.py); y over x is never streamed */
     const uintptr_t rg_ntm = 15u;
@@ -1081,7 +1082,9 @@ static void rg_run_base(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_
  * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m256 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_d)
 {
-    const int how = RG_NT;      /* streamed rows only, aligned for non-temporal stores */
+    /* streamed rows, aligned for non-temporal stores, or rows of a large call in place (rg_fuse), stored
+     * plainly over x */
+    const int how = (const void *)yr == (const void *)xr ? RG_OVER : RG_NT;
     (void)rg_d;
     /* the split step with every store aligned (rg_vrms_split_nt_*) */
     const int rg_aligned = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 31u) == 0;
@@ -1135,11 +1138,12 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
     }
     return rg_sum_rest(xn, total);
 }
-static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
+static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt, int rg_fuse)
 {
     _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
+    (void)rg_fuse;      /* a large call in place: its rows take the fused loop (stored plainly over x) */
     /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
      * DAZ), and tells a subnormal it read by the denormal flag. The flags are cleared here; a row whose
      * y raised DE (or the next row's sum, fused with it) is done again by the carry form (RG_DEALT),
@@ -1171,7 +1175,7 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
         rg_have = 0;
         /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
+        if (fast && xn && (stream ? ((uintptr_t)(void *)yr & rg_ntm) == 0 : rg_fuse)) {
             rg_next = rg_run_avx2_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
@@ -1230,7 +1234,9 @@ static RG_TARGET_AVX2 void rg_run_avx2(const uint16_t *x, const rg_prod *w, uint
  * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_d)
 {
-    const int how = RG_NT;      /* streamed rows only, aligned for non-temporal stores */
+    /* streamed rows, aligned for non-temporal stores, or rows of a large call in place (rg_fuse), stored
+     * plainly over x */
+    const int how = (const void *)yr == (const void *)xr ? RG_OVER : RG_NT;
     (void)rg_d;
     /* the split step with every store aligned (rg_vrms_split_nt_*) */
     const int rg_aligned = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 63u) == 0;
@@ -1275,11 +1281,12 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
     _mm512_storeu_ps(total + 48, s3);
     return rg_sum_rest(xn, total);
 }
-static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
+static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt, int rg_fuse)
 {
     _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
+    (void)rg_fuse;      /* a large call in place: its rows take the fused loop (stored plainly over x) */
     /* The split (RG_SPLIT) needs this thread to round to nearest even and keep subnormals (no FTZ, no
      * DAZ), and tells a subnormal it read by the denormal flag. The flags are cleared here; a row whose
      * y raised DE (or the next row's sum, fused with it) is done again by the carry form (RG_NATURAL),
@@ -1311,7 +1318,7 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
         rg_have = 0;
         /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
+        if (fast && xn && (stream ? ((uintptr_t)(void *)yr & rg_ntm) == 0 : rg_fuse)) {
             rg_next = rg_run_avx512_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
@@ -1371,7 +1378,9 @@ static RG_TARGET_AVX512 void rg_run_avx512(const uint16_t *x, const rg_prod *w, 
  * past its whole blocks is left to the row loop. */
 static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr, const uint16_t *xr, const rg_prod *w, __m512 rg_vinv, const uint16_t *xn, const uint16_t *xnn, int rg_d)
 {
-    const int how = RG_NT;      /* streamed rows only, aligned for non-temporal stores */
+    /* streamed rows, aligned for non-temporal stores, or rows of a large call in place (rg_fuse), stored
+     * plainly over x */
+    const int how = (const void *)yr == (const void *)xr ? RG_OVER : RG_NT;
     (void)rg_d;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
@@ -1408,11 +1417,12 @@ static inline RG_TARGET_AVX512BF16 rg_stash rg_run_avx512bf16_fused(uint16_t *yr
     _mm512_storeu_ps(total + 48, s3);
     return rg_sum_rest(xn, total);
 }
-static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt)
+static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_prod *w, uint16_t *y, int64_t r0, int64_t r1, int stream, int w_finite, int rg_dealt, int rg_fuse)
 {
     _Alignas(64) uint16_t buf[RG_PIECE];      /* a piece of the output row, streamed past the caches when `stream` (on a line: whole stores) */
     (void)w_finite;
     (void)rg_dealt;     /* the step form the call allows (rg_vrms_bf16_avx2 / _avx512): RG_NATURAL, RG_DEALT or RG_SPLIT */
+    (void)rg_fuse;      /* a large call in place: its rows take the fused loop (stored plainly over x) */
     rg_stash rg_next = 0;       /* the next row's sum of squares, where this row's fused loop took it */
     int rg_have = 0;
     /* the bits of a streamed y row's address that must be clear for non-temporal stores straight from
@@ -1434,7 +1444,7 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
         rg_have = 0;
         /* streamed rows aligned as the loop below stores non-temporally (nt_mask: others go through
          * its piece buffer) */
-        if (fast && xn && stream && ((uintptr_t)(void *)yr & rg_ntm) == 0) {
+        if (fast && xn && (stream ? ((uintptr_t)(void *)yr & rg_ntm) == 0 : rg_fuse)) {
             rg_next = rg_run_avx512bf16_fused(yr, xr, w, rg_vinv, xn, r + 2 < r1 ? xn + RG_N : NULL, rg_d);
             rg_have = 1;
             rg_from = RG_N / RG_BLOCK * RG_BLOCK;
@@ -1474,7 +1484,7 @@ static RG_TARGET_AVX512BF16 void rg_run_avx512bf16(const uint16_t *x, const rg_p
 #endif
 #endif
 
-typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, uint16_t *, int64_t, int64_t, int, int, int);
+typedef void (*rg_run_fn)(const uint16_t *, const rg_prod *, uint16_t *, int64_t, int64_t, int, int, int, int);
 
 static rg_run_fn rg_pick(void)
 {
@@ -1538,9 +1548,12 @@ int ropegen_gemma_rmsnorm(const uint16_t *x, const uint16_t *weight, uint16_t *y
         if (rg_env && rg_env[0] == '1' && rg_env[1] == 0) rg_stream = RG_CAN_STREAM;
         if (rg_env && rg_env[0] == '0' && rg_env[1] == 0) rg_stream = 0;
     }
+    /* a call that streams but for being in place takes its rows' y in the fused loop all the same,
+     * stored plainly over x (fuse_over, backends/c/rms_context.py) */
+    const int rg_fuse = rg_stream && (const void *)y == (const void *)x;
     if ((const void *)y == (const void *)x) rg_stream = 0;
     /* rows [lo, hi) */
-#define RG_ROWS(lo, hi) rg_run(x, rg_w, y, (lo), (hi), rg_stream, rg_w_finite, rg_dealt)
+#define RG_ROWS(lo, hi) rg_run(x, rg_w, y, (lo), (hi), rg_stream, rg_w_finite, rg_dealt, rg_fuse)
     if (!RG_THREADED(rg_nchunks, threads)) {
         RG_ROWS(0, rg_rows);
     } else {

@@ -75,7 +75,7 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
             or t not in ("f32", "bf16")):
         return dict(rms_vec={}, rms_vec_fast={}, rms_vec_exact={}, bf16_isa=False, vsum=False,
                     rms_sum=dict.fromkeys(VARIANTS, "rg_sum_squares"), rms_fuse={}, prefetch_l2=False,
-                    exact_piece_prefetch=[], deal_w=False, split_runs=[])
+                    exact_piece_prefetch=[], deal_w=False, split_runs=[], fuse_over=False)
 
     def form(isa: str, width: int) -> dict[str, Any]:
         return dict(w=width, w2=2 * width, t={8: "__m256", 16: "__m512"}[width],
@@ -115,6 +115,11 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
                 # (rg_run_*_fused): all of them (bf16's AVX2 one since its sum and step are dealt: with
                 # the natural-order ones it was slower fused, 5.86 -> 6.32 ms for [4096, 4096])
                 rms_fuse=dict(forms),
+                # bf16 rows of a call large enough to stream, but in place (which never streams), take the
+                # fused loop too, storing plainly over x: [4096, 4096] from memory, one thread, C harness,
+                # alternated, AVX-512 5.3-6.1 -> 4.8-5.2 ms on a line, 5.9-7.3 -> 5.3-6.0 16 bytes into one,
+                # AVX2 0.96-1.01; f32's AVX-512 rows were 1.5x slower so (its AVX2 ones 0.95-0.97)
+                fuse_over=t == "bf16",
                 # the vector variants whose exact row path has no vector loop (bf16's)
                 exact_piece_prefetch=[] if t == "f32" else list(forms))
 
