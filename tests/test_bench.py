@@ -62,6 +62,63 @@ def test_with_a_flush_every_timed_call_follows_it(monkeypatch):
     assert log[:2] == ["kernel", "stream"]          # the warm-up round, unflushed
 
 
+class _Resettable:
+    """A bench call with a reset, as an in-place call has (ropegen.bench.inplace)."""
+
+    def __init__(self, name: str, log: list[str]):
+        self.name, self.log = name, log
+
+    def __call__(self):
+        self.log.append(self.name)
+
+    def reset(self):
+        self.log.append("reset " + self.name)
+
+
+@pytest.mark.parametrize("cold", [True, False], ids=["cold", "hot"])
+def test_an_in_place_call_is_reset_before_each_timed_call(monkeypatch, cold):
+    """Reset untimed: before the flush (so the call still starts from memory), or after the untimed
+    call of itself (hot), never between a clock reading and the call."""
+    from ropegen.bench import harness
+    log: list[str] = []
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: (log.append("clock"), 0.0)[1])
+    harness.interleaved([_Resettable("kernel", log), lambda: log.append("scale")], 3,
+                        flush=(lambda: log.append("flush")) if cold else None)
+    starts = [i for i, x in enumerate(log) if x == "clock"][::2]
+    kernel = [i for i in starts if log[i + 1] == "kernel"]
+    assert len(starts) == 6 and len(kernel) == 3
+    for i in kernel:
+        assert log[i - 2:i] == (["reset kernel", "flush"] if cold else ["kernel", "reset kernel"]), log[i - 3:i + 2]
+    assert log.count("reset kernel") == 3
+
+
+def test_rmsnorm_is_measured_in_place_where_its_outputs_keep_their_types():
+    from ropegen.backends.c import bench as cbench
+    same, mixed = _op("rmsnorm_family.rope", "gemma_rmsnorm"), _op("onnx_rmsnorm.rope", "rms_mixed_types")
+    assert cbench.modes(same, None) == ["out_of_place", "in_place"] and cbench.modes(same, True) == ["in_place"]
+    assert cbench.modes(mixed, None) == ["out_of_place"]
+    assert cbench.modes(_op("llama3.rope", "llama3_8b"), None) == ["out_of_place", "in_place"]
+
+
+def test_an_in_place_rmsnorm_runner_starts_again_from_its_inputs():
+    """Normalized over itself again and again, a row's small-scale columns shrink towards subnormals:
+    the bench's in-place runner puts the inputs back (reset) between its timed calls."""
+    from ropegen.backends.c import bench as cbench
+    op = _op("rmsnorm_family.rope", "gemma_rmsnorm")
+    arrays = B.bench_inputs(op, {"T": 8})
+    args = [arrays[n] for n in op.inputs]
+    kept = [np.array(a, copy=True) for a in args]
+    run = cbench.kernel_runner(op, args, 1, "in_place")
+    run()
+    first = np.array(run.work[0], copy=True)
+    run()
+    assert not np.array_equal(first.view(np.uint16), run.work[0].view(np.uint16))     # it drifts
+    run.reset()
+    run()
+    assert np.array_equal(first.view(np.uint16), run.work[0].view(np.uint16))
+    assert all(np.array_equal(a, k) for a, k in zip(args, kept))        # the inputs themselves untouched
+
+
 def _table_cells(text: str, operator: str) -> dict[str, str]:
     """The header's columns -> the cells of the row of `operator` (columns are two spaces apart)."""
     import re

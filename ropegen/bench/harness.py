@@ -18,6 +18,7 @@ from ropegen.api import Operator, Program
 from ropegen.bench import peers as peer_registry
 from ropegen.bench import targets, yardstick
 from ropegen.bench.flush import Flush, flush_bytes
+from ropegen.bench.inplace import over_copies
 from ropegen.bench.inputs import (bench_inputs, bytes_moved, dtype_label, positions_label, require_memory,
                                   symbol_sizes)
 from ropegen.bench.shapes import DEFAULT_SHAPES, parse_shape
@@ -39,13 +40,23 @@ def interleaved(fns: list[Callable[[], Any]], repeats: int, flush: Callable[[], 
 
     Every timed call comes right after an untimed `flush()` (cold: each starts from memory, see
     ropegen.bench.flush) or, without one, right after an untimed call of the same function (hot: its
-    data as warm as its own last call left it, never as the function before it left the caches)."""
+    data as warm as its own last call left it, never as the function before it left the caches). A
+    function with a `reset` (an in-place call, ropegen.bench.inplace) has it called, untimed, before
+    the flush (cold) or after the untimed call (hot): each timed call starts from the same inputs."""
     for f in fns:
         f()
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for i, f in enumerate(fns):
-            (flush or f)()
+            reset = getattr(f, "reset", None)
+            if flush is not None:
+                if reset is not None:
+                    reset()
+                flush()
+            else:
+                f()
+                if reset is not None:
+                    reset()
             t0 = time.perf_counter()
             f()
             times[i].append(time.perf_counter() - t0)
@@ -84,8 +95,7 @@ def is_decode(op: Operator, arrays: dict[str, np.ndarray]) -> bool:
 def whole_call(op: Operator, args: list[np.ndarray], threads: int, mode: str, backend: str) -> Callable[[], Any]:
     """The call a user makes: op.run on NumPy arrays, outputs allocated (in place: over copies)."""
     if mode == "in_place":
-        work = [np.array(a, copy=True) for a in args]
-        return lambda: op.run(*work, backend=backend, threads=threads, inplace=True)
+        return over_copies(lambda work: lambda: op.run(*work, backend=backend, threads=threads, inplace=True), args)
     return lambda: op.run(*args, backend=backend, threads=threads)
 
 
@@ -119,7 +129,8 @@ def bench(program_or_ops: Program | Iterable[Operator], backend: str | None = No
     backend: a host target (default: ropegen.bench.targets.default(), the C backend). threads: kernel /
     onnxruntime / ggml threads (default: the cores available). shapes: strings like
     "T=4096,P=8192,positions=prefill" (default: the Llama-3 prefill-like and decode-like shapes, T=4096).
-    inplace: rope in place only (True), out of place only (False) or both (None).
+    inplace: in place only (True, where the kernel can write over its inputs), out of place only (False) or
+    both (None).
     """
     ops = list(program_or_ops)
     if backend is None:

@@ -208,6 +208,11 @@ def _rmsnorm_outputs(p) -> list[Output]:
 OUTPUTS: dict[str, Callable[[Plan], list[Output]]] = {"rope": _rope_outputs, "rmsnorm": _rmsnorm_outputs}
 
 
+def writes_in_place(plan: Plan) -> bool:
+    """Whether every output of the plan may be written over its source (what inplace=True binds)."""
+    return all(o.over_src for o in OUTPUTS[plan.kind](plan))
+
+
 def _unit_head_dim(a) -> bool:
     """The kernel can read a rotated tensor in place: head_dim at stride 1 and the array aligned."""
     shape, strides = tuple(a.shape), a.strides
@@ -233,7 +238,7 @@ class Convention:
         self.plan, self.rules = plan, rules
         self.names = [t.name for t in plan.inputs]
         self.specs = OUTPUTS[plan.kind](plan)
-        self.in_place = all(o.over_src for o in self.specs)
+        self.in_place = writes_in_place(plan)
         self.sources = {o.name: o.src for o in self.specs if o.over_src}
         self.recipes = {o.src: recipe(plan.ir.tensor(o.src), plan.token_layout) for o in self.specs if o.rotated}
         self.kinds = [ROTATED if t.name in self.recipes else SCALAR if rules.scalars and t.rank == 0

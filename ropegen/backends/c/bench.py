@@ -18,12 +18,12 @@ from ropegen import __version__
 from ropegen.api import Operator
 from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.context import CHUNK_BYTES
+from ropegen.bench.inplace import over_copies
 from ropegen.render import render
+from ropegen.runtime.host import writes_in_place
 
 # errors of this target that `ropegen bench` reports as the user's problem (no traceback, exit 2)
 USER_ERRORS = (cbuild.CompilerError,)
-# the operator kinds whose C kernels can write over their sources (rmsnorm's output may change dtype)
-IN_PLACE_KINDS = ("rope",)
 
 
 class Call:
@@ -103,8 +103,9 @@ def copy_yardstick(measured: str) -> Yardstick:
 
 
 def modes(op: Operator, inplace: bool | None) -> list[str]:
-    """The modes measured: in place, out of place or both (None) where the kernel can write in place."""
-    if op.kind not in IN_PLACE_KINDS:
+    """The modes measured: in place, out of place or both (None) where the kernel can write in place
+    (every RoPE; an RMSNorm whose outputs keep their sources' dtypes)."""
+    if not writes_in_place(op.plan):
         return ["out_of_place"]
     return {None: ["out_of_place", "in_place"], True: ["in_place"], False: ["out_of_place"]}[inplace]
 
@@ -113,7 +114,6 @@ def kernel_runner(op: Operator, args: list[np.ndarray], threads: int, mode: str)
     """The bound call a user gets from op.bind (validation and layout done once, out of the timing):
     in place over copies of the inputs, or out of place into outputs allocated once."""
     if mode == "in_place":
-        work = [np.array(a, copy=True) for a in args]
-        return op.bind(*work, backend="c", threads=threads, inplace=True)
+        return over_copies(lambda work: op.bind(*work, backend="c", threads=threads, inplace=True), args)
     outs = op.run_all(*args, backend="c", threads=threads)
     return op.bind(*args, backend="c", threads=threads, out=outs)
