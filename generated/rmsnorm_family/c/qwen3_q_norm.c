@@ -943,13 +943,21 @@ enum { RG_NATURAL = 0, RG_DEALT = 1, RG_SPLIT = 2 };
  * form's take 21 (and the natural order's carry form, packing and widening more). [4096 / 16384, 4096]
  * bf16 from memory, C harness, one thread, alternated: AVX2 0.53-0.55 -> 0.58-0.64 of a copy fetching
  * ahead, AVX-512 0.65-0.67 -> 0.74-0.76. rg_run_* say where a call and a thread may split. */
+static inline RG_TARGET_AVX2 __m256i rg_vweave_split_avx2(__m256 ye, __m256 yo)
+{
+    return _mm256_or_si256(_mm256_castps_si256(yo), _mm256_srli_epi32(_mm256_castps_si256(ye), 16));
+}
+static inline RG_TARGET_AVX512 __m512i rg_vweave_split_avx512(__m512 ye, __m512 yo)
+{
+    return _mm512_or_si512(_mm512_castps_si512(yo), _mm512_srli_epi32(_mm512_castps_si512(ye), 16));
+}
 static inline RG_TARGET_AVX2 __m256i rg_vrms_split_avx2(const uint16_t *x, const float *w, __m256 rg_vinv)
 {
     __m256 xe, xo;
     rg_vldd_bf16_avx2(x, &xe, &xo);
     const __m256 ye = rg_vsplit_bf16_avx2(rg_vsplit_bf16_avx2(xe * rg_vinv) * _mm256_loadu_ps(w + RG_N));
     const __m256 yo = rg_vsplit_bf16_avx2(rg_vsplit_bf16_avx2(xo * rg_vinv) * _mm256_loadu_ps(w + RG_N + 8));
-    return _mm256_or_si256(_mm256_castps_si256(yo), _mm256_srli_epi32(_mm256_castps_si256(ye), 16));
+    return rg_vweave_split_avx2(ye, yo);
 }
 static inline RG_TARGET_AVX512 __m512i rg_vrms_split_avx512(const uint16_t *x, const float *w, __m512 rg_vinv)
 {
@@ -957,18 +965,36 @@ static inline RG_TARGET_AVX512 __m512i rg_vrms_split_avx512(const uint16_t *x, c
     rg_vldd_bf16_avx512(x, &xe, &xo);
     const __m512 ye = rg_vsplit_bf16_avx512(rg_vsplit_bf16_avx512(xe * rg_vinv) * _mm512_loadu_ps(w + RG_N));
     const __m512 yo = rg_vsplit_bf16_avx512(rg_vsplit_bf16_avx512(xo * rg_vinv) * _mm512_loadu_ps(w + RG_N + 16));
-    return _mm512_or_si512(_mm512_castps_si512(yo), _mm512_srli_epi32(_mm512_castps_si512(ye), 16));
+    return rg_vweave_split_avx512(ye, yo);
 }
-/* the same stored to d aligned (32 / 64 bytes) and non-temporally: the fused loops' step where the row
- * allows, with no test of the form or the address a step (AVX2, [4096, 4096] from memory, C harness,
- * one thread, alternated: 4.78-4.93 -> 4.49-4.62 ms) */
-static inline RG_TARGET_AVX2 void rg_vrms_split_nt_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv)
+/* Two split steps (AVX2: 32 elements, AVX-512: 64) stored to d aligned (32 / 64 bytes) and
+ * non-temporally: the fused loops' step where the row allows, with no test of the form or the address a
+ * step (AVX2, [4096, 4096] from memory, C harness, one thread, alternated: 4.78-4.93 -> 4.49-4.62 ms).
+ * In stages: the four vectors' normalizations and roundings, then their scale multiplies and roundings,
+ * each value through the same operations as in rg_vrms_split_* (the same bits). One step is a chain of
+ * seven to ten dependent float operations; written step after step, the scheduler held too few steps at
+ * once ([4096, 4096] bf16 from memory, C harness, alternated against one step at a time: AVX2 0.86-0.91
+ * one thread, 0.91-0.92 two; AVX-512's minimums 0.92-0.98). The scale is dealt per step: the even
+ * values' weights, then the odd ones'. */
+static inline RG_TARGET_AVX2 void rg_vrms_split2_nt_avx2(uint16_t *d, const uint16_t *x, const float *w, __m256 rg_vinv)
 {
-    _mm256_stream_si256((__m256i *)(void *)d, rg_vrms_split_avx2(x, w, rg_vinv));
+    __m256 v[4];
+    rg_vldd_bf16_avx2(x, &v[0], &v[1]);
+    rg_vldd_bf16_avx2(x + 16, &v[2], &v[3]);
+    for (int j = 0; j < 4; ++j) v[j] = rg_vsplit_bf16_avx2(v[j] * rg_vinv);
+    for (int j = 0; j < 4; ++j) v[j] = rg_vsplit_bf16_avx2(v[j] * _mm256_loadu_ps(w + RG_N + 8 * j));
+    _mm256_stream_si256((__m256i *)(void *)d, rg_vweave_split_avx2(v[0], v[1]));
+    _mm256_stream_si256((__m256i *)(void *)(d + 16), rg_vweave_split_avx2(v[2], v[3]));
 }
-static inline RG_TARGET_AVX512 void rg_vrms_split_nt_avx512(uint16_t *d, const uint16_t *x, const float *w, __m512 rg_vinv)
+static inline RG_TARGET_AVX512 void rg_vrms_split2_nt_avx512(uint16_t *d, const uint16_t *x, const float *w, __m512 rg_vinv)
 {
-    _mm512_stream_si512((void *)d, rg_vrms_split_avx512(x, w, rg_vinv));
+    __m512 v[4];
+    rg_vldd_bf16_avx512(x, &v[0], &v[1]);
+    rg_vldd_bf16_avx512(x + 32, &v[2], &v[3]);
+    for (int j = 0; j < 4; ++j) v[j] = rg_vsplit_bf16_avx512(v[j] * rg_vinv);
+    for (int j = 0; j < 4; ++j) v[j] = rg_vsplit_bf16_avx512(v[j] * _mm512_loadu_ps(w + RG_N + 16 * j));
+    _mm512_stream_si512((void *)d, rg_vweave_split_avx512(v[0], v[1]));
+    _mm512_stream_si512((void *)(d + 32), rg_vweave_split_avx512(v[2], v[3]));
 }
 /* The AVX2 variant's step of 16 elements of a bf16 row on the fast path: RG_SPLIT; RG_DEALT, the same
  * dealt but rounded by the carry form, for calls and threads that may not split (five instructions to
@@ -1089,7 +1115,7 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
      * plainly over x */
     const int how = (const void *)yr == (const void *)xr ? RG_OVER : RG_NT;
     (void)rg_d;
-    /* the split step with every store aligned (rg_vrms_split_nt_*) */
+    /* the split steps with every store aligned (rg_vrms_split2_nt_*) */
     const int rg_aligned = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 31u) == 0;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "two __m256 of float per accumulator");
     __m256 t[8];
@@ -1114,8 +1140,9 @@ static inline RG_TARGET_AVX2 rg_stash rg_run_avx2_fused(uint16_t *yr, const uint
             const int64_t rg_at = b * RG_BLOCK + k;
             if (xnn) rg_prefetch_l2(xnn + rg_at, RG_SUMS * sizeof xnn[0]);
             if (rg_aligned) {
-                for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 16) {
-                    rg_vrms_split_nt_avx2(yr + i, xr + i, w + i, rg_vinv);
+                _Static_assert(RG_SUMS % 32 == 0, "whole pairs of split steps");
+                for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {
+                    rg_vrms_split2_nt_avx2(yr + i, xr + i, w + i, rg_vinv);
                 }
             } else {
                 for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 16) {
@@ -1241,7 +1268,7 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
      * plainly over x */
     const int how = (const void *)yr == (const void *)xr ? RG_OVER : RG_NT;
     (void)rg_d;
-    /* the split step with every store aligned (rg_vrms_split_nt_*) */
+    /* the split steps with every store aligned (rg_vrms_split2_nt_*) */
     const int rg_aligned = rg_d == RG_SPLIT && ((uintptr_t)(void *)yr & 63u) == 0;
     _Static_assert(RG_LANES == 16 && RG_BLOCK % RG_SUMS == 0, "one __m512 of float per accumulator");
     /* t0 / t1: the partial sums of elements 0-31 of each step, dealt even / odd; t2 / t3: 32-63 */
@@ -1260,8 +1287,9 @@ static inline RG_TARGET_AVX512 rg_stash rg_run_avx512_fused(uint16_t *yr, const 
             const int64_t rg_at = b * RG_BLOCK + k;
             if (xnn) rg_prefetch_l2(xnn + rg_at, RG_SUMS * sizeof xnn[0]);
             if (rg_aligned) {
-                for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {
-                    rg_vrms_split_nt_avx512(yr + i, xr + i, w + i, rg_vinv);
+                _Static_assert(RG_SUMS % 64 == 0, "whole pairs of split steps");
+                for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 64) {
+                    rg_vrms_split2_nt_avx512(yr + i, xr + i, w + i, rg_vinv);
                 }
             } else {
                 for (int64_t i = rg_at; i < rg_at + RG_SUMS; i += 32) {

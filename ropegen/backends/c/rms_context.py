@@ -93,12 +93,14 @@ def _rms_vectors(p: RmsNormPlan, stash: str, product: str, norm_carry: bool) -> 
         # natural-order form (`plain`, for calls whose scale is not dealt); its dealt form rounds by the split
         # (before the scale too where the plan rounds there: `split`), or, where a call or a thread may not
         # split and for a row done again, by the carry form (`fallback`: AVX2 dealt, AVX-512 in natural
-        # order); `split_nt` the split step with an aligned store (`split_align`: the address mask)
+        # order); `split2_nt` two split steps (`w4` elements) with aligned stores (`split_align`: the
+        # address mask)
         for isa, name, align, fallback in (("avx2", "rg_run_avx2", "31u", "RG_DEALT"),
                                            ("avx512", "rg_run_avx512", "63u", "RG_NATURAL")):
             forms[name] = dict(forms[name], step=f"rg_vrms_bf16_{isa}", step_args=", rg_d", plain=forms[name],
                                split=f"rg_vsplit_bf16_{isa}" if norm_carry else f"rg_vsame_{isa}",
-                               split_nt=f"rg_vrms_split_nt_{isa}", split_align=align, fallback=fallback)
+                               split2_nt=f"rg_vrms_split2_nt_{isa}", w4=4 * forms[name]["w"], split_align=align,
+                               fallback=fallback)
         # every vector variant sums a row's blocks in registers (rg_vsum_squares_bf16[_avx2])
         sums.update(rg_run_avx2="rg_vsum_squares_bf16_avx2", rg_run_avx512="rg_vsum_squares_bf16",
                     rg_run_avx512bf16="rg_vsum_squares_bf16")
