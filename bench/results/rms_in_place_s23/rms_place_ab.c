@@ -1,7 +1,7 @@
 /* RMSNorm [N, 4096] (bf16 or f32 elements, ESZ bytes), two builds of one kernel (k0: before, k1: after)
  * alternated in one process, in both orders, each from memory (a 256 MiB read first), over x / y placed
  * on a 64-byte line or 16 bytes into one (as NumPy places a large array): in place (y = x) and out of
- * place. x is restored before each in-place call. Prints min / median per case and k1 / k0 medians. */
+ * place. x is restored before each call. Prints min / median per case and k1 / k0 medians. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
