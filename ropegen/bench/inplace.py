@@ -1,6 +1,6 @@
-"""In-place bench calls: a call over working copies of its inputs that the timing loop puts back to the
-original values before each timed call, untimed (`reset`), so that every call of a row starts from the
-same inputs. RoPE over its own output only turns the vectors again, but RMSNorm over its own output
+"""In-place bench calls: a call over working copies of the inputs it writes, which the timing loop puts
+back to the original values before each timed call, untimed (`reset`), so that every call of a row
+starts from the same inputs. RoPE over its own output only turns the vectors again, but RMSNorm over its own output
 normalizes again and again, and its columns of small scale shrink each time until they are subnormal:
 in the bench's rows, after a few calls, a [1024, 4096] bf16 call ran 3x slower on such input."""
 from __future__ import annotations
@@ -24,7 +24,11 @@ class InPlace:
             np.copyto(w, a)
 
 
-def over_copies(make: Callable[[list[np.ndarray]], Callable[[], Any]], args: Sequence[np.ndarray]) -> InPlace:
-    """An InPlace call made by `make(work)` over fresh copies of `args`."""
-    work = [np.array(a, copy=True) for a in args]
-    return InPlace(make(work), work, args)
+def over_copies(make: Callable[[list[np.ndarray]], Callable[[], Any]], args: Sequence[np.ndarray],
+                written: Sequence[bool]) -> InPlace:
+    """An InPlace call made by `make(work)`, `work` being `args` with a fresh copy of each one the call
+    writes (`written`, in order). Only those are copied back by reset: a read-only input (a 4 MiB cos /
+    sin table) copied before every timed call evicted the call's data from the caches at decode sizes."""
+    work = [np.array(a, copy=True) if w else a for a, w in zip(args, written, strict=True)]
+    kept = [(w, a) for w, a, flag in zip(work, args, written) if flag]
+    return InPlace(make(work), [w for w, _ in kept], [a for _, a in kept])

@@ -213,6 +213,11 @@ def writes_in_place(plan: Plan) -> bool:
     return all(o.over_src for o in OUTPUTS[plan.kind](plan))
 
 
+def in_place_sources(plan: Plan) -> frozenset[str]:
+    """The inputs an in-place call writes over (its outputs' sources)."""
+    return frozenset(o.src for o in OUTPUTS[plan.kind](plan) if o.over_src)
+
+
 def _unit_head_dim(a) -> bool:
     """The kernel can read a rotated tensor in place: head_dim at stride 1 and the array aligned."""
     shape, strides = tuple(a.shape), a.strides
