@@ -1,7 +1,10 @@
 /* RMSNorm [N, 4096] (bf16 or f32 elements, ESZ bytes), two builds of one kernel (k0: before, k1: after)
- * alternated in one process, in both orders, each from memory (a 256 MiB read first), over x / y placed
- * on a 64-byte line or 16 bytes into one (as NumPy places a large array): in place (y = x) and out of
- * place. x is restored before each call. Prints min / median per case and k1 / k0 medians. */
+ * alternated in one process, in both orders, each from memory (a 256 MiB read first; HOT=1: right after
+ * an untimed call of itself instead), over x / y on a 64-byte line or 16 bytes into one (as NumPy places
+ * a large array). CASES=placement (the default): in place and out of place, x and y at the same offset;
+ * CASES=split: x and y on a line, x off and y on one (the bench's rows: its outputs are the runtime's),
+ * both off, and in place off a line. x is restored before each call. Prints min / median per case and
+ * k1 / k0 medians. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +25,16 @@ int main(int argc,char**argv){
   char *xb=aligned_alloc(4096,nb+4096),*yb=aligned_alloc(4096,nb+4096),*xp=malloc(nb),*s=aligned_alloc(64,4096*4);
   fill(xp,ne,esz); fill(s,4096,esz); memset(yb,0,nb+4096);
   const size_t fb=(256u<<20)/8; uint64_t *fl=malloc(fb*8); for(size_t i=0;i<fb;i++)fl[i]=i;
-  enum{C=8}; const char *nm[4]={"in place +0 ","in place +16","out=     +0 ","out=     +16"}; const int off[4]={0,16,0,16}, inpl[4]={1,1,0,0};
+  const int split=getenv("CASES")&&!strcmp(getenv("CASES"),"split");
+  static const char *nmp[4]={"in place +0 ","in place +16","out=     +0 ","out=     +16"}, *nms[4]={"x+0  y+0   ","x+16 y+0   ","x+16 y+16  ","in place16 "};
+  static const int offp[4]={0,16,0,16}, yoffp[4]={0,16,0,16}, inplp[4]={1,1,0,0}, offs[4]={0,16,16,16}, yoffs[4]={0,0,16,16}, inpls[4]={0,0,0,1};
+  enum{C=8}; const char *const *nm=split?nms:nmp; const int *off=split?offs:offp, *yoff=split?yoffs:yoffp, *inpl=split?inpls:inplp;
   double *t[C]; for(int j=0;j<C;j++)t[j]=malloc(sizeof(double)*R);
   for(int r=0;r<R;r++) for(int jj=0;jj<C;jj++){
     const int j=(r&1)?C-1-jj:jj, c=j/2, k=j%2;
-    char *x=xb+off[c], *y=inpl[c]?x:yb+off[c];
-    memcpy(x,xp,nb); flush(fl,fb);
+    char *x=xb+off[c], *y=inpl[c]?x:yb+yoff[c];
+    memcpy(x,xp,nb);
+    if(getenv("HOT")){ if(k) k1(x,s,y,N,th); else k0(x,s,y,N,th); if(inpl[c]) memcpy(x,xp,nb); } else flush(fl,fb);
     const double a=now(); int st=k?k1(x,s,y,N,th):k0(x,s,y,N,th); t[j][r]=now()-a;
     if(st){fprintf(stderr,"status %d\n",st);return 1;}
   }

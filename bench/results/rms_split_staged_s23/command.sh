@@ -1,21 +1,5 @@
 #!/bin/sh
-# Usage: sh command.sh OLD_TREE NEW_TREE ROUNDS  (from this folder; each tree a checkout of ropegen)
-# RMSNorm [4096, 4096] bf16, TH threads (default 1), before (OLD) / after (NEW), alternated in one process by
-# rms_split_ab.c, for the default variant and the AVX2 one.
-set -e
-OLD=$1 NEW=$2 R=${3:-8}
-FLAGS="-std=c11 -O3 -ffp-contract=off -fno-math-errno -fno-fast-math -fopenmp"
-W=$(mktemp -d)
-for t in OLD NEW; do
-  eval tree=\$$t
-  (cd "$tree" && PYTHONPATH=. python -m ropegen.cli compile bench/rmsnorm_4096.rope -o "$W/$t" -q >/dev/null)
-done
-f=rmsnorm_4096_bf16
-gcc $FLAGS -I"$W/OLD/rmsnorm_4096/c" -c "$W/OLD/rmsnorm_4096/c/$f.c" -Dropegen_$f=k0 -Dropegen_${f}_words=k0w -o "$W/k0.o"
-gcc $FLAGS -I"$W/NEW/rmsnorm_4096/c" -c "$W/NEW/rmsnorm_4096/c/$f.c" -Dropegen_$f=k1 -Dropegen_${f}_words=k1w -o "$W/k1.o"
-gcc -O2 -std=c11 -fopenmp rms_split_ab.c "$W/k0.o" "$W/k1.o" -lm -o "$W/ab"
-for isa in "" avx2; do
-  echo "== bf16 ROPEGEN_ISA=${isa:-default}"
-  ROPEGEN_ISA=$isa ESZ=2 TH=${TH:-1} "$W/ab" 4096 "$R"
-done
-rm -rf "$W"
+# Usage: sh command.sh OLD_TREE NEW_TREE ROUNDS  (each tree a checkout of ropegen)
+# RMSNorm [4096, 4096] bf16, TH threads (default 1), before (OLD) / after (NEW): the harness of
+# ../rms_in_place_s23 with its split cases (x, y on a line; x off and y on one; both off; in place off).
+CASES=split DTYPES=bf16 exec sh "$(dirname "$0")/../rms_in_place_s23/command.sh" "$@"
