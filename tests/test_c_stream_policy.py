@@ -2,8 +2,8 @@
 written over its own input (in place) never streams, whatever ROPEGEN_STREAM says, in RoPE and RMSNorm
 alike (_host.inc.j2's no_stream_over). Its lines were just read, so a non-temporal store saves no read
 for ownership, and RMSNorm's 16-byte streamed pieces over rows 16 bytes into a line (where NumPy puts a
-large array) evicted lines its loop still read: [4096, 4096] bf16 in place, one thread, medians 10.1 ->
-5.5 ms (AVX-512) and 47 -> 7.8 ms (AVX2); bench/results/rms_in_place_s23/. The bits do not depend on it
+large array) evicted lines its loop still read: [4096, 4096] bf16 in place, one thread, medians 8.4 ->
+7.0 ms (AVX-512) and 152 -> 10.9 ms (AVX2); bench/results/rms_in_place_s23/. The bits do not depend on it
 (test_c_rms_vectors.py, test_c_stream_copy.py); this checks the decision in every example's source."""
 from __future__ import annotations
 
