@@ -23,7 +23,6 @@ from ropegen.bench.inputs import (bench_inputs, bytes_moved, dtype_label, positi
                                   symbol_sizes)
 from ropegen.bench.shapes import DEFAULT_SHAPES, parse_shape
 from ropegen.ops.inputs import symbol_roles
-from ropegen.runtime.host import in_place_sources
 from ropegen.runtime.memory import memory_limit
 
 
@@ -96,9 +95,7 @@ def is_decode(op: Operator, arrays: dict[str, np.ndarray]) -> bool:
 def whole_call(op: Operator, args: list[np.ndarray], threads: int, mode: str, backend: str) -> Callable[[], Any]:
     """The call a user makes: op.run on NumPy arrays, outputs allocated (in place: over copies)."""
     if mode == "in_place":
-        written = [n in in_place_sources(op.plan) for n in op.inputs]
-        return over_copies(lambda work: lambda: op.run(*work, backend=backend, threads=threads, inplace=True), args,
-                           written)
+        return over_copies(op, args, lambda work: lambda: op.run(*work, backend=backend, threads=threads, inplace=True))
     return lambda: op.run(*args, backend=backend, threads=threads)
 
 

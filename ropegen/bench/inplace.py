@@ -9,6 +9,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ropegen.runtime.host import in_place_sources
+
 
 class InPlace:
     """`call()` runs `run` (which writes over `work`); `reset()` copies `originals` back into `work`."""
@@ -24,11 +26,13 @@ class InPlace:
             np.copyto(w, a)
 
 
-def over_copies(make: Callable[[list[np.ndarray]], Callable[[], Any]], args: Sequence[np.ndarray],
-                written: Sequence[bool]) -> InPlace:
-    """An InPlace call made by `make(work)`, `work` being `args` with a fresh copy of each one the call
-    writes (`written`, in order). Only those are copied back by reset: a read-only input (a 4 MiB cos /
-    sin table) copied before every timed call evicted the call's data from the caches at decode sizes."""
-    work = [np.array(a, copy=True) if w else a for a, w in zip(args, written, strict=True)]
-    kept = [(w, a) for w, a, flag in zip(work, args, written) if flag]
+def over_copies(op, args: Sequence[np.ndarray], make: Callable[[list[np.ndarray]], Callable[[], Any]]) -> InPlace:
+    """An InPlace call of `op` made by `make(work)`, `work` being `args` with a fresh copy of each input
+    the call writes over (runtime.host.in_place_sources). Only those are copied back by reset: a
+    read-only input (a 4 MiB cos / sin table) copied before every timed call evicted the call's data
+    from the caches at decode sizes."""
+    written = in_place_sources(op.plan)
+    flags = [name in written for name in op.inputs]
+    work = [np.array(a, copy=True) if w else a for a, w in zip(args, flags, strict=True)]
+    kept = [(w, a) for w, a, flag in zip(work, args, flags) if flag]
     return InPlace(make(work), [w for w, _ in kept], [a for _, a in kept])

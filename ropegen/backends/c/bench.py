@@ -20,7 +20,7 @@ from ropegen.backends.c import build as cbuild
 from ropegen.backends.c.context import CHUNK_BYTES
 from ropegen.bench.inplace import over_copies
 from ropegen.render import render
-from ropegen.runtime.host import in_place_sources, writes_in_place
+from ropegen.runtime.host import writes_in_place
 
 # errors of this target that `ropegen bench` reports as the user's problem (no traceback, exit 2)
 USER_ERRORS = (cbuild.CompilerError,)
@@ -114,7 +114,6 @@ def kernel_runner(op: Operator, args: list[np.ndarray], threads: int, mode: str)
     """The bound call a user gets from op.bind (validation and layout done once, out of the timing):
     in place over copies of the inputs, or out of place into outputs allocated once."""
     if mode == "in_place":
-        written = [n in in_place_sources(op.plan) for n in op.inputs]
-        return over_copies(lambda work: op.bind(*work, backend="c", threads=threads, inplace=True), args, written)
+        return over_copies(op, args, lambda work: op.bind(*work, backend="c", threads=threads, inplace=True))
     outs = op.run_all(*args, backend="c", threads=threads)
     return op.bind(*args, backend="c", threads=threads, out=outs)
